@@ -1,0 +1,228 @@
+#include "schema/connection.h"
+
+#include <chrono>
+#include <thread>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
+#include "schema/log.h"
+
+namespace tether {
+namespace {
+
+std::string PeerOf(const tcp::socket& socket) {
+  boost::system::error_code ec;
+  auto ep = socket.remote_endpoint(ec);
+  if (ec) return "unknown peer";
+  return HostPort{ep.address().to_string(), ep.port()}.ToString();
+}
+
+bool IsNormalEnding(const boost::system::error_code& ec) {
+  return ec == asio::error::eof || ec == asio::error::operation_aborted ||
+         ec == asio::error::connection_reset ||
+         ec == asio::error::broken_pipe;
+}
+
+}  // namespace
+
+Connection::Connection(tcp::socket socket, ConnectionOptions options)
+    : options_(options),
+      peer_(PeerOf(socket)),
+      socket_(std::move(socket)),
+      strand_(asio::make_strand(socket_.get_executor())) {
+  boost::system::error_code ignored;
+  socket_.set_option(tcp::no_delay(true), ignored);
+}
+
+Connection::~Connection() = default;
+
+void Connection::Start(FrameHandler on_frame, CloseHandler on_close) {
+  asio::dispatch(strand_, [self = shared_from_this(),
+                           on_frame = std::move(on_frame),
+                           on_close = std::move(on_close)]() mutable {
+    self->on_frame_ = std::move(on_frame);
+    self->on_close_ = std::move(on_close);
+    self->DoReadHeader();
+  });
+}
+
+void Connection::DoReadHeader() {
+  if (closed_) return;
+  if (queued_bytes_ > options_.max_queued_bytes) {
+    reading_paused_ = true;  // OnWrite resumes once the queue drains
+    return;
+  }
+  asio::async_read(socket_, asio::buffer(header_),
+                   asio::bind_executor(
+                       strand_, [self = shared_from_this()](auto ec, size_t n) {
+                         self->OnReadHeader(ec, n);
+                       }));
+}
+
+void Connection::OnReadHeader(const boost::system::error_code& ec, size_t n) {
+  if (ec) {
+    if (ec == asio::error::eof && n > 0) {
+      return FailRead(BadFrame("truncated frame header: got " +
+                               std::to_string(n) + " of 4 bytes"));
+    }
+    return Shutdown(IsNormalEnding(ec) ? Status::Ok()
+                                       : Unavailable(ec.message()));
+  }
+  bytes_in_ += n;
+  auto length = ParseFrameHeader(header_, options_.max_frame_bytes);
+  if (!length.ok()) return FailRead(length.status());
+  incoming_ = Frame(*length);
+  asio::async_read(
+      socket_, asio::buffer(incoming_.body(), incoming_.body_size()),
+      asio::bind_executor(strand_,
+                          [self = shared_from_this()](auto ec, size_t n) {
+                            self->OnReadBody(ec, n);
+                          }));
+}
+
+void Connection::OnReadBody(const boost::system::error_code& ec, size_t n) {
+  if (ec) {
+    if (ec == asio::error::eof) {
+      return FailRead(BadFrame("truncated frame: got " + std::to_string(n) +
+                               " of " +
+                               std::to_string(incoming_.body_size()) +
+                               " bytes"));
+    }
+    return Shutdown(IsNormalEnding(ec) ? Status::Ok()
+                                       : Unavailable(ec.message()));
+  }
+  bytes_in_ += n;
+  Frame frame = std::move(incoming_);
+  if (Status s = frame.Verify(); !s.ok()) return FailRead(s);
+  if (on_frame_) on_frame_(std::move(frame));
+  DoReadHeader();
+}
+
+void Connection::FailRead(const Status& why) {
+  TETHER_LOG(kWarning) << "closing connection from " << peer_ << ": "
+                       << why.message();
+  // Keep a write in flight alive: asio still owns its buffer.
+  while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
+  queued_bytes_ = queue_.empty() ? 0 : queue_.front()->size();
+  queue_.push_back(MakeErrorFrame(0, why));
+  queued_bytes_ += queue_.back()->size();
+  close_after_write_ = true;
+  if (!writing_) DoWrite();
+  // Report the failure now; the Error still goes out before the close.
+  if (on_close_) {
+    auto handler = std::move(on_close_);
+    on_close_ = nullptr;
+    handler(why);
+  }
+}
+
+void Connection::Send(OutFrame frame) {
+  asio::dispatch(strand_, [self = shared_from_this(),
+                           frame = std::move(frame)]() mutable {
+    if (self->closed_ || self->close_after_write_) return;
+    self->queued_bytes_ += frame->size();
+    self->queue_.push_back(std::move(frame));
+    if (!self->writing_) self->DoWrite();
+  });
+}
+
+void Connection::SendAndClose(OutFrame frame) {
+  asio::dispatch(strand_, [self = shared_from_this(),
+                           frame = std::move(frame)]() mutable {
+    if (self->closed_ || self->close_after_write_) return;
+    self->queued_bytes_ += frame->size();
+    self->queue_.push_back(std::move(frame));
+    self->close_after_write_ = true;
+    if (!self->writing_) self->DoWrite();
+  });
+}
+
+void Connection::Close() {
+  asio::dispatch(strand_, [self = shared_from_this()] {
+    self->Shutdown(Status::Ok());
+  });
+}
+
+void Connection::DoWrite() {
+  if (closed_) return;
+  if (queue_.empty()) {
+    if (close_after_write_) Shutdown(Status::Ok());
+    return;
+  }
+  writing_ = true;
+  const OutFrame& front = queue_.front();
+  asio::async_write(
+      socket_, asio::buffer(front->data(), front->size()),
+      asio::bind_executor(strand_,
+                          [self = shared_from_this()](auto ec, size_t n) {
+                            self->OnWrite(ec, n);
+                          }));
+}
+
+void Connection::OnWrite(const boost::system::error_code& ec, size_t n) {
+  writing_ = false;
+  if (ec) {
+    return Shutdown(IsNormalEnding(ec) ? Status::Ok()
+                                       : Unavailable(ec.message()));
+  }
+  bytes_out_ += n;
+  queued_bytes_ -= queue_.front()->size();
+  queue_.pop_front();
+  MaybeResumeRead();
+  DoWrite();
+}
+
+void Connection::MaybeResumeRead() {
+  if (reading_paused_ && queued_bytes_ <= options_.max_queued_bytes &&
+      !close_after_write_) {
+    reading_paused_ = false;
+    DoReadHeader();
+  }
+}
+
+void Connection::Shutdown(const Status& why) {
+  if (closed_) return;
+  closed_ = true;
+  boost::system::error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  socket_.close(ignored);
+  while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
+  on_frame_ = nullptr;
+  if (on_close_) {
+    auto handler = std::move(on_close_);
+    on_close_ = nullptr;
+    handler(why);
+  }
+}
+
+Result<tcp::socket> ConnectWithRetry(asio::io_context& io,
+                                     const HostPort& address,
+                                     const std::string& what, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(timeout_ms);
+  tcp::resolver resolver(io);
+  std::string last_error;
+  while (true) {
+    boost::system::error_code ec;
+    auto endpoints =
+        resolver.resolve(address.host, std::to_string(address.port), ec);
+    if (!ec) {
+      tcp::socket socket(io);
+      asio::connect(socket, endpoints, ec);
+      if (!ec) return socket;
+    }
+    last_error = ec.message();
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return Unavailable("cannot reach " + what + " at " + address.ToString() +
+                     ": " + last_error + " (tried for " +
+                     std::to_string(timeout_ms / 1000.0).substr(0, 4) + " s)");
+}
+
+}  // namespace tether

@@ -1,0 +1,108 @@
+// A framed, asynchronous TCP connection used by shards and clients alike.
+//
+// Reads one frame at a time, checks its length against the limit before
+// allocating, verifies it, and hands it to the owner's frame handler on the
+// connection's strand. Writes are queued (one in flight) and may be issued
+// from any thread. While more than `max_queued_bytes` wait to be written,
+// reading pauses, so a peer that does not read its replies cannot grow our
+// memory. A bad frame makes the connection send an Error saying why (when
+// the stream still allows) and close.
+//
+// Thread-safe: Send, SendAndClose and Close may be called from any thread.
+// Handlers run on the strand, one at a time. Owned by shared_ptr; it stays
+// alive while an operation is pending.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/strand.hpp>
+
+#include "schema/flags.h"
+#include "schema/frame.h"
+#include "schema/status.h"
+
+namespace tether {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+struct ConnectionOptions {
+  // Frames longer than this are refused before any allocation.
+  size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  // Reading pauses while this many bytes wait to be written.
+  size_t max_queued_bytes = size_t{256} << 20;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  // Called on the strand with each verified frame.
+  using FrameHandler = std::function<void(Frame frame)>;
+  // Called once on the strand when the connection ends: OK for an orderly
+  // close by either side, otherwise the reason.
+  using CloseHandler = std::function<void(const Status& why)>;
+
+  // `socket` must be connected and use an executor of an io_context.
+  Connection(tcp::socket socket, ConnectionOptions options);
+  ~Connection();
+
+  // Starts reading. Call once.
+  void Start(FrameHandler on_frame, CloseHandler on_close);
+
+  // Queues `frame` for sending. Dropped silently once closed.
+  void Send(OutFrame frame);
+  // Queues `frame` and closes once it is written (or on error).
+  void SendAndClose(OutFrame frame);
+  // Closes now, dropping queued writes. Idempotent.
+  void Close();
+
+  // "HOST:PORT" of the peer, fixed at construction.
+  const std::string& peer() const { return peer_; }
+  uint64_t bytes_in() const { return bytes_in_; }
+  uint64_t bytes_out() const { return bytes_out_; }
+
+ private:
+  void DoReadHeader();
+  void OnReadHeader(const boost::system::error_code& ec, size_t n);
+  void OnReadBody(const boost::system::error_code& ec, size_t n);
+  void DoWrite();
+  void OnWrite(const boost::system::error_code& ec, size_t n);
+  // Sends an Error for `why` (if the socket still writes), then closes.
+  void FailRead(const Status& why);
+  void Shutdown(const Status& why);
+  void MaybeResumeRead();
+
+  // Constant after construction.
+  const ConnectionOptions options_;
+  const std::string peer_;
+  tcp::socket socket_;
+  asio::strand<asio::any_io_executor> strand_;
+
+  // Touched on the strand only.
+  FrameHandler on_frame_;
+  CloseHandler on_close_;
+  uint8_t header_[kFrameHeaderBytes] = {};
+  Frame incoming_;
+  std::deque<OutFrame> queue_;
+  size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool reading_paused_ = false;
+  bool close_after_write_ = false;
+  bool closed_ = false;
+  uint64_t bytes_in_ = 0;
+  uint64_t bytes_out_ = 0;
+};
+
+// Resolves and connects to `address`, retrying refused connections until
+// `timeout_ms` has passed. Blocking; returns kUnavailable naming `what` and
+// the address when it cannot connect.
+Result<tcp::socket> ConnectWithRetry(asio::io_context& io,
+                                     const HostPort& address,
+                                     const std::string& what, int timeout_ms);
+
+}  // namespace tether

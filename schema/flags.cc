@@ -1,0 +1,199 @@
+#include "schema/flags.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <sstream>
+
+namespace tether {
+namespace {
+
+template <typename T>
+Status ParseInteger(const std::string& name, const std::string& text,
+                    T* out) {
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, *out);
+  if (ec != std::errc() || ptr != end || text.empty()) {
+    return InvalidArgument("--" + name + ": expected an integer, got '" +
+                           text + "'");
+  }
+  return Status::Ok();
+}
+
+Status ParseReal(const std::string& name, const std::string& text,
+                 double* out) {
+  errno = 0;
+  char* end = nullptr;
+  *out = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno != 0) {
+    return InvalidArgument("--" + name + ": expected a number, got '" + text +
+                           "'");
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+std::string ToText(const T& v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+std::string HostPort::ToString() const {
+  if (host.find(':') != std::string::npos) {
+    return "[" + host + "]:" + std::to_string(port);
+  }
+  return host + ":" + std::to_string(port);
+}
+
+Result<HostPort> ParseHostPort(const std::string& text, const std::string& what,
+                               bool allow_zero_port) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    return InvalidArgument(what + ": expected HOST:PORT, got '" + text + "'");
+  }
+  HostPort hp;
+  hp.host = text.substr(0, colon);
+  if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']') {
+    hp.host = hp.host.substr(1, hp.host.size() - 2);
+  }
+  std::string port_text = text.substr(colon + 1);
+  int port = -1;
+  const char* end = port_text.data() + port_text.size();
+  auto [ptr, ec] = std::from_chars(port_text.data(), end, port);
+  if (ec != std::errc() || ptr != end || port < 0 || port > 65535 ||
+      (port == 0 && !allow_zero_port)) {
+    return InvalidArgument(what + ": bad port '" + port_text + "' in '" +
+                           text + "'");
+  }
+  hp.port = static_cast<uint16_t>(port);
+  return hp;
+}
+
+FlagParser::FlagParser(std::string program, std::string summary)
+    : program_(std::move(program)), summary_(std::move(summary)) {}
+
+void FlagParser::Add(Flag flag) { flags_.push_back(std::move(flag)); }
+
+void FlagParser::AddString(const std::string& name, std::string* target,
+                           const std::string& help) {
+  Add({name, help, *target, false, [target](const std::string& v) {
+         *target = v;
+         return Status::Ok();
+       }});
+}
+
+void FlagParser::AddInt(const std::string& name, int* target,
+                        const std::string& help) {
+  Add({name, help, ToText(*target), false,
+       [name, target](const std::string& v) {
+         return ParseInteger(name, v, target);
+       }});
+}
+
+void FlagParser::AddInt64(const std::string& name, int64_t* target,
+                          const std::string& help) {
+  Add({name, help, ToText(*target), false,
+       [name, target](const std::string& v) {
+         return ParseInteger(name, v, target);
+       }});
+}
+
+void FlagParser::AddUint64(const std::string& name, uint64_t* target,
+                           const std::string& help) {
+  Add({name, help, ToText(*target), false,
+       [name, target](const std::string& v) {
+         return ParseInteger(name, v, target);
+       }});
+}
+
+void FlagParser::AddDouble(const std::string& name, double* target,
+                           const std::string& help) {
+  Add({name, help, ToText(*target), false,
+       [name, target](const std::string& v) {
+         return ParseReal(name, v, target);
+       }});
+}
+
+void FlagParser::AddFloat(const std::string& name, float* target,
+                          const std::string& help) {
+  Add({name, help, ToText(*target), false,
+       [name, target](const std::string& v) {
+         double d = 0;
+         TETHER_RETURN_IF_ERROR(ParseReal(name, v, &d));
+         *target = static_cast<float>(d);
+         return Status::Ok();
+       }});
+}
+
+void FlagParser::AddBool(const std::string& name, bool* target,
+                         const std::string& help) {
+  Add({name, help, *target ? "true" : "false", true,
+       [name, target](const std::string& v) {
+         if (v == "true" || v == "1" || v.empty()) {
+           *target = true;
+         } else if (v == "false" || v == "0") {
+           *target = false;
+         } else {
+           return InvalidArgument("--" + name +
+                                  ": expected true or false, got '" + v + "'");
+         }
+         return Status::Ok();
+       }});
+}
+
+Status FlagParser::Parse(int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0 || arg == "--") {
+      positional_.push_back(arg);
+      continue;
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (name == "help") {
+      help_requested_ = true;
+      continue;
+    }
+    const Flag* flag = nullptr;
+    for (const Flag& f : flags_) {
+      if (f.name == name) flag = &f;
+    }
+    if (flag == nullptr) {
+      return InvalidArgument("unknown flag --" + name + " (see " + program_ +
+                             " --help)");
+    }
+    if (!has_value && !flag->is_bool) {
+      if (i + 1 >= argc) {
+        return InvalidArgument("--" + name + ": missing value");
+      }
+      value = argv[++i];
+    }
+    TETHER_RETURN_IF_ERROR(flag->set(value));
+    set_.insert(name);
+  }
+  return Status::Ok();
+}
+
+std::string FlagParser::Usage() const {
+  std::ostringstream out;
+  out << "usage: " << program_ << " [flags]\n" << summary_ << "\n\nflags:\n";
+  for (const Flag& f : flags_) {
+    out << "  --" << f.name << (f.is_bool ? "" : " VALUE") << "\n      "
+        << f.help;
+    if (!f.default_text.empty()) out << " (default: " << f.default_text << ")";
+    out << "\n";
+  }
+  out << "  --help\n      print this text\n";
+  return out.str();
+}
+
+}  // namespace tether

@@ -1,0 +1,77 @@
+// Command-line flags for tether's programs: `--name value` or `--name=value`,
+// bare `--name` for booleans. Each flag writes into a field of an options
+// struct whose default is the documented default. Errors name the flag.
+// Not thread-safe; use from main() only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "schema/status.h"
+
+namespace tether {
+
+// "HOST:PORT" (host may be a name, IPv4, or [IPv6]).
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+  std::string ToString() const;
+};
+
+// Parses "HOST:PORT"; port 0 is allowed only when `allow_zero_port`.
+// Errors mention `what` (a flag name or peer description).
+Result<HostPort> ParseHostPort(const std::string& text, const std::string& what,
+                               bool allow_zero_port = false);
+
+class FlagParser {
+ public:
+  // `program` and `summary` head the usage text.
+  FlagParser(std::string program, std::string summary);
+
+  void AddString(const std::string& name, std::string* target,
+                 const std::string& help);
+  void AddInt(const std::string& name, int* target, const std::string& help);
+  void AddInt64(const std::string& name, int64_t* target,
+                const std::string& help);
+  void AddUint64(const std::string& name, uint64_t* target,
+                 const std::string& help);
+  void AddDouble(const std::string& name, double* target,
+                 const std::string& help);
+  void AddFloat(const std::string& name, float* target,
+                const std::string& help);
+  void AddBool(const std::string& name, bool* target, const std::string& help);
+
+  // Parses argv[1..]. Non-flag arguments are collected in positional().
+  // Returns kInvalidArgument naming the flag for an unknown flag, a missing
+  // value or a value of the wrong type. `--help` sets help_requested().
+  Status Parse(int argc, const char* const* argv);
+
+  bool help_requested() const { return help_requested_; }
+  bool WasSet(const std::string& name) const { return set_.count(name) > 0; }
+  const std::vector<std::string>& positional() const { return positional_; }
+
+  // The usage text: summary, then every flag with its help and default.
+  std::string Usage() const;
+
+ private:
+  struct Flag {
+    std::string name;
+    std::string help;
+    std::string default_text;
+    bool is_bool = false;
+    std::function<Status(const std::string&)> set;
+  };
+  void Add(Flag flag);
+
+  std::string program_;
+  std::string summary_;
+  std::vector<Flag> flags_;
+  std::set<std::string> set_;
+  std::vector<std::string> positional_;
+  bool help_requested_ = false;
+};
+
+}  // namespace tether

@@ -1,0 +1,79 @@
+// Framing shared by shards and clients: a 4-byte little-endian length, then
+// one FlatBuffer (identifier "TTHR", root Message) of that many bytes.
+// Frames are built with FlatBuffers' size-prefixed finish, so an outgoing
+// frame is one contiguous buffer; received frames keep the prefix too, so
+// in-buffer alignment matches the sender's and floats are read in place.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "flatbuffers/flatbuffers.h"
+#include "schema/status.h"
+#include "schema/tether_generated.h"
+
+namespace tether {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kFrameHeaderBytes = 4;
+inline constexpr size_t kDefaultMaxFrameBytes = size_t{64} << 20;
+// A FlatBuffer is at least a root offset and the file identifier.
+inline constexpr size_t kMinFrameBodyBytes = 8;
+
+// A received frame: the header and body bytes, owned. Move-only.
+class Frame {
+ public:
+  Frame() = default;
+  // Allocates room for a body of `body_size` bytes (uninitialized) and
+  // stores `body_size` as the header.
+  explicit Frame(uint32_t body_size);
+
+  uint8_t* body() { return bytes_.get() + kFrameHeaderBytes; }
+  const uint8_t* data() const { return bytes_.get(); }
+  size_t size() const { return size_; }  // header + body
+  size_t body_size() const { return size_ - kFrameHeaderBytes; }
+
+  // Valid only after Verify() returned OK.
+  const wire::Message* message() const {
+    return wire::GetSizePrefixedMessage(bytes_.get());
+  }
+
+  // Checks the identifier and runs the FlatBuffers verifier over the whole
+  // frame. Returns kBadFrame with a reason otherwise.
+  Status Verify() const;
+
+ private:
+  std::unique_ptr<uint8_t[]> bytes_;
+  size_t size_ = 0;
+};
+
+// Parses a header; kFrameTooLarge or kBadFrame when it cannot start a frame.
+Result<uint32_t> ParseFrameHeader(const uint8_t header[kFrameHeaderBytes],
+                                  size_t max_frame_bytes);
+
+// An outgoing frame, immutable once built, shared by every send of it.
+using OutFrame = std::shared_ptr<const flatbuffers::DetachedBuffer>;
+
+// Finishes `fbb` as a frame whose Message body is `body` of type `type`.
+OutFrame FinishFrame(flatbuffers::FlatBufferBuilder& fbb, wire::Body type,
+                     flatbuffers::Offset<void> body);
+
+template <typename T>
+OutFrame FinishFrame(flatbuffers::FlatBufferBuilder& fbb,
+                     flatbuffers::Offset<T> body) {
+  return FinishFrame(fbb, wire::BodyTraits<T>::enum_value, body.Union());
+}
+
+// The wire code for a Status code, and back.
+wire::ErrorCode ToWireCode(Code code);
+Code FromWireCode(wire::ErrorCode code);
+
+// An Error frame carrying `status`, tied to `request_id` (0 for none).
+OutFrame MakeErrorFrame(uint64_t request_id, const Status& status);
+
+// The Status an Error message carries, prefixed by `peer`.
+Status StatusFromError(const wire::Error& error, const std::string& peer);
+
+}  // namespace tether

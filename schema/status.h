@@ -1,0 +1,104 @@
+// Errors as values for every tether module boundary.
+//
+// A Status is either OK or carries an error code and a human message that
+// names what went wrong (the file, flag, peer or tensor concerned).
+// Result<T> is a T or a non-OK Status. Both are cheap to move and are not
+// thread-safe to mutate concurrently (like any value type).
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace tether {
+
+enum class Code {
+  kOk = 0,
+  kInvalidArgument,   // a bad flag, option or API argument
+  kBadFrame,          // malformed bytes from the network
+  kFrameTooLarge,
+  kVersionMismatch,
+  kProtocol,          // a well-formed message out of place
+  kNotFound,          // unknown tensor, table, file
+  kShapeMismatch,
+  kStalePush,
+  kUnavailable,       // peer unreachable, connection closed, shutting down
+  kTimeout,
+  kIoError,
+  kInternal,
+};
+
+// A short lowercase name for `code`, e.g. "invalid argument".
+const char* CodeName(Code code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK
+  Status(Code code, std::string message)
+      : code_(code), message_(std::move(message)) {}
+
+  static Status Ok() { return Status(); }
+
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+  // "ok", or "<code name>: <message>".
+  std::string ToString() const;
+
+  // Returns a copy whose message is prefixed by `context` and ": ".
+  Status WithContext(const std::string& context) const;
+
+ private:
+  Code code_ = Code::kOk;
+  std::string message_;
+};
+
+inline Status InvalidArgument(std::string m) {
+  return {Code::kInvalidArgument, std::move(m)};
+}
+inline Status Unavailable(std::string m) {
+  return {Code::kUnavailable, std::move(m)};
+}
+inline Status BadFrame(std::string m) { return {Code::kBadFrame, std::move(m)}; }
+inline Status ProtocolError(std::string m) {
+  return {Code::kProtocol, std::move(m)};
+}
+inline Status NotFound(std::string m) { return {Code::kNotFound, std::move(m)}; }
+inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+
+// A value or an error. Constructing from an OK Status is a programming error.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : status_(std::move(status)) {  // NOLINT
+    assert(!status_.ok());
+  }
+
+  bool ok() const { return value_.has_value(); }
+  const Status& status() const { return status_; }
+
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
+
+ private:
+  std::optional<T> value_;
+  Status status_;
+};
+
+}  // namespace tether
+
+// Returns from the enclosing function when `expr` (a Status) is not OK.
+#define TETHER_RETURN_IF_ERROR(expr)         \
+  do {                                       \
+    ::tether::Status tether_status_ = (expr); \
+    if (!tether_status_.ok()) return tether_status_; \
+  } while (0)

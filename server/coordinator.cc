@@ -1,0 +1,155 @@
+#include "server/coordinator.h"
+
+#include "schema/log.h"
+
+namespace tether {
+
+Coordinator::Coordinator(RunSettings settings, std::string own_address)
+    : settings_(settings),
+      shard_addresses_(settings.num_shards),
+      shard_conns_(settings.num_shards, nullptr),
+      worker_conns_(settings.num_workers, nullptr) {
+  shard_addresses_[0] = std::move(own_address);
+}
+
+bool Coordinator::MapComplete() const {
+  for (const std::string& a : shard_addresses_) {
+    if (a.empty()) return false;
+  }
+  return true;
+}
+
+int Coordinator::JoinedWorkers() const {
+  int n = 0;
+  for (const Connection* c : worker_conns_) n += c != nullptr;
+  return n;
+}
+
+void Coordinator::RegisterShard(int shard_id, const std::string& address,
+                                const std::shared_ptr<Connection>& conn) {
+  std::lock_guard lock(mu_);
+  Status error;
+  if (shard_id <= 0 || shard_id >= settings_.num_shards) {
+    error = InvalidArgument("shard id " + std::to_string(shard_id) +
+                            " is not in 1.." +
+                            std::to_string(settings_.num_shards - 1) +
+                            " (coordinator runs --shards " +
+                            std::to_string(settings_.num_shards) + ")");
+  } else if (shard_conns_[shard_id] != nullptr) {
+    error = InvalidArgument("shard " + std::to_string(shard_id) +
+                            " is already registered from " +
+                            shard_addresses_[shard_id]);
+  } else if (auto hp = ParseHostPort(address, "shard address"); !hp.ok()) {
+    error = hp.status();
+  }
+  if (!error.ok()) {
+    TETHER_LOG(kWarning) << "refused shard registration from "
+                         << conn->peer() << ": " << error.message();
+    return conn->SendAndClose(MakeErrorFrame(0, error));
+  }
+  shard_addresses_[shard_id] = address;
+  shard_conns_[shard_id] = conn.get();
+  TETHER_LOG(kInfo) << "shard " << shard_id << " registered at " << address;
+  conn->Send(MakeWelcome(-1, -1));
+  ReleaseLocked();
+}
+
+void Coordinator::ShardLeft(int shard_id, const Connection* conn) {
+  std::lock_guard lock(mu_);
+  if (shard_id > 0 && shard_id < settings_.num_shards &&
+      shard_conns_[shard_id] == conn) {
+    shard_conns_[shard_id] = nullptr;
+    TETHER_LOG(kWarning) << "shard " << shard_id << " disconnected";
+  }
+}
+
+Result<int> Coordinator::JoinWorker(int requested_rank, int staleness,
+                                    const std::shared_ptr<Connection>& conn) {
+  std::lock_guard lock(mu_);
+  const int n = settings_.num_workers;
+  int rank = requested_rank;
+  if (rank >= n) {
+    return InvalidArgument("rank " + std::to_string(rank) +
+                           " is out of range: this run has " +
+                           std::to_string(n) + " workers (--workers)");
+  }
+  if (rank >= 0 && worker_conns_[rank] != nullptr) {
+    return InvalidArgument("rank " + std::to_string(rank) +
+                           " is already held by a connected worker");
+  }
+  if (rank < 0) {
+    for (int r = 0; r < n && rank < 0; ++r) {
+      if (worker_conns_[r] == nullptr) rank = r;
+    }
+    if (rank < 0) {
+      return Unavailable("cluster full: all " + std::to_string(n) +
+                         " worker ranks are taken (--workers)");
+    }
+  }
+  worker_conns_[rank] = conn.get();
+  waiting_.push_back({conn, rank, staleness});
+  TETHER_LOG(kInfo) << "worker " << rank << " joined from " << conn->peer()
+                    << " (" << JoinedWorkers() << "/" << n << ")";
+  ReleaseLocked();
+  return rank;
+}
+
+void Coordinator::WorkerLeft(int rank, const Connection* conn) {
+  std::lock_guard lock(mu_);
+  if (rank < 0 || rank >= settings_.num_workers) return;
+  if (worker_conns_[rank] != conn) return;
+  worker_conns_[rank] = nullptr;
+  std::erase_if(waiting_,
+                [conn](const Waiting& w) { return w.conn.get() == conn; });
+  TETHER_LOG(kInfo) << "worker " << rank << " left";
+}
+
+void Coordinator::JoinObserver(const std::shared_ptr<Connection>& conn) {
+  std::lock_guard lock(mu_);
+  waiting_.push_back({conn, -1, -1});
+  ReleaseLocked();
+}
+
+void Coordinator::ReleaseLocked() {
+  if (!MapComplete()) return;
+  // The first start needs every worker; later joiners (restarts) go at once.
+  bool workers_may_start =
+      started_ || JoinedWorkers() == settings_.num_workers;
+  if (workers_may_start && !started_ && settings_.num_workers > 0) {
+    started_ = true;
+    TETHER_LOG(kInfo) << "all " << settings_.num_workers
+                      << " workers joined; training starts";
+  }
+  std::vector<Waiting> still_waiting;
+  for (Waiting& w : waiting_) {
+    if (w.rank >= 0 && !workers_may_start) {
+      still_waiting.push_back(std::move(w));
+      continue;
+    }
+    w.conn->Send(MakeWelcome(w.rank, w.staleness));
+  }
+  waiting_ = std::move(still_waiting);
+}
+
+OutFrame Coordinator::MakeWelcome(int rank, int staleness) const {
+  flatbuffers::FlatBufferBuilder fbb(1024);
+  auto config = WriteRunConfig(fbb, settings_);
+  flatbuffers::Offset<wire::ShardMap> map;
+  if (MapComplete()) {
+    std::vector<flatbuffers::Offset<wire::ShardInfo>> shards;
+    for (int i = 0; i < settings_.num_shards; ++i) {
+      shards.push_back(wire::CreateShardInfo(
+          fbb, i, fbb.CreateString(shard_addresses_[i])));
+    }
+    map = wire::CreateShardMap(fbb, fbb.CreateVector(shards));
+  }
+  wire::WelcomeBuilder b(fbb);
+  b.add_rank(rank);
+  b.add_staleness(staleness);
+  b.add_shard_id(0);
+  b.add_config(config);
+  if (!map.IsNull()) b.add_shard_map(map);
+  return FinishFrame(fbb, b.Finish());
+}
+
+}  // namespace tether

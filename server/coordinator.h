@@ -1,0 +1,68 @@
+// Membership, kept by shard 0: which shards have registered and where they
+// listen, which worker holds which rank, and when the run may start.
+//
+// Workers are welcomed (given their rank, the run settings and the shard
+// map) only once every shard has registered and --workers workers have
+// joined, so no worker starts ahead of the others. Observers (tools,
+// dashboards, tests) are welcomed once the shard map is complete.
+//
+// Thread-safe: every public method takes the coordinator's mutex. Replies go
+// out through the peers' Connections.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "schema/connection.h"
+#include "server/run_settings.h"
+
+namespace tether {
+
+class Coordinator {
+ public:
+  // `own_address`: where shard 0 itself is reached by workers.
+  Coordinator(RunSettings settings, std::string own_address);
+
+  // A shard's Hello. Answers Welcome (with the run settings) or an Error,
+  // e.g. for an id out of range or one already held by a live shard.
+  void RegisterShard(int shard_id, const std::string& address,
+                     const std::shared_ptr<Connection>& conn);
+  void ShardLeft(int shard_id, const Connection* conn);
+
+  // A worker's Hello asking for `requested_rank` (-1: any). Returns the
+  // rank it now holds, or the error to send (rank taken or out of range,
+  // cluster full). The Welcome follows when the run can start.
+  Result<int> JoinWorker(int requested_rank, int staleness,
+                         const std::shared_ptr<Connection>& conn);
+  // Frees `rank` when its connection ends.
+  void WorkerLeft(int rank, const Connection* conn);
+
+  // An observer's Hello; Welcome follows once the shard map is complete.
+  void JoinObserver(const std::shared_ptr<Connection>& conn);
+
+ private:
+  struct Waiting {
+    std::shared_ptr<Connection> conn;
+    int rank;
+    int staleness;
+  };
+  bool MapComplete() const;
+  int JoinedWorkers() const;
+  // Welcomes whoever may start now. Requires mu_ held.
+  void ReleaseLocked();
+  OutFrame MakeWelcome(int rank, int staleness) const;
+
+  const RunSettings settings_;
+
+  mutable std::mutex mu_;
+  // Guarded by mu_.
+  std::vector<std::string> shard_addresses_;  // "" until registered
+  std::vector<const Connection*> shard_conns_;
+  std::vector<const Connection*> worker_conns_;  // by rank; null when free
+  std::vector<Waiting> waiting_;  // hello'd peers not yet welcomed
+  bool started_ = false;  // every worker has been welcomed once
+};
+
+}  // namespace tether

@@ -1,0 +1,32 @@
+// tether-server: one shard of a tether parameter server. See --help.
+#include <cstdio>
+#include <iostream>
+
+#include "schema/log.h"
+#include "server/options.h"
+#include "server/server.h"
+
+int main(int argc, char** argv) {
+  bool help = false;
+  auto options = tether::ParseServerOptions(argc, argv, &help);
+  if (help) {
+    std::cout << tether::ServerUsage();
+    return 0;
+  }
+  if (!options.ok()) {
+    std::cerr << "tether-server: " << options.status().message() << "\n";
+    return 2;
+  }
+  tether::InitLogging("shard " + std::to_string(options->shard_id),
+                      options->verbose ? tether::LogLevel::kDebug
+                                       : tether::LogLevel::kInfo);
+  tether::Server server(*options);
+  if (tether::Status s = server.Start(); !s.ok()) {
+    std::cerr << "tether-server: " << s.message() << "\n";
+    server.Stop();
+    return 1;
+  }
+  server.Run();
+  TETHER_LOG(kInfo) << "stopped";
+  return 0;
+}

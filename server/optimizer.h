@@ -1,0 +1,58 @@
+// Server-side optimizers. A shard applies each pushed gradient to its slice
+// of the weights with one of these; the optimizer's state ("slots") lives
+// next to the weights it belongs to and is checkpointed with them.
+//
+// Optimizer is immutable after construction and thread-safe; Apply touches
+// only the spans it is given.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "schema/status.h"
+
+namespace tether {
+
+enum class OptimizerKind { kSgd, kMomentum, kAdaGrad, kAdam };
+
+// "sgd", "momentum", "adagrad" or "adam" -> kind; kInvalidArgument otherwise.
+Result<OptimizerKind> ParseOptimizerKind(const std::string& name);
+const char* OptimizerName(OptimizerKind kind);
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float lr = 0.01f;        // learning rate
+  float momentum = 0.9f;   // momentum: v = momentum * v + g
+  float beta1 = 0.9f;      // adam
+  float beta2 = 0.999f;    // adam
+  float epsilon = 1e-8f;   // adagrad, adam
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(OptimizerOptions options) : options_(options) {}
+
+  // Floats of state per weight: sgd 0, momentum 1, adagrad 1, adam 2.
+  int slots_per_weight() const;
+  const OptimizerOptions& options() const { return options_; }
+
+  // Applies `grad` to `weights` in place (both of length n). `slots` holds
+  // slots_per_weight() * n floats, slot-major (slot k of weight i at
+  // k * n + i), zero-initialized by the owner. `step` is the 1-based number
+  // of updates this block has received including this one (Adam's bias
+  // correction). The effective rate is lr * lr_scale.
+  //   sgd:      w -= lr * g
+  //   momentum: v = momentum * v + g;        w -= lr * v
+  //   adagrad:  h += g * g;                  w -= lr * g / (sqrt(h) + eps)
+  //   adam:     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+  //             w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+  void Apply(std::span<float> weights, std::span<float> slots,
+             std::span<const float> grad, uint64_t step,
+             float lr_scale = 1.0f) const;
+
+ private:
+  const OptimizerOptions options_;
+};
+
+}  // namespace tether

@@ -1,0 +1,135 @@
+#include "server/options.h"
+
+namespace tether {
+namespace {
+
+constexpr const char* kSummary =
+    "One shard of a tether parameter server. Shard 0 is the coordinator:\n"
+    "other shards and workers register with it, and it owns the run-wide\n"
+    "settings (--workers, --max-staleness, --reject-staleness, --block-size,\n"
+    "--seed and the optimizer flags), which other shards take from it.";
+
+// The flags other shards take from the coordinator instead.
+constexpr const char* kRunWide[] = {
+    "workers", "max-staleness", "reject-staleness", "block-size", "seed",
+    "optimizer", "lr", "momentum", "beta1", "beta2", "epsilon"};
+
+// Binds every flag to its field; shared by parsing and usage.
+void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
+  p.AddInt("shard-id", &o.shard_id, "this shard's index, 0..shards-1");
+  p.AddInt("shards", &o.shards, "number of shards in the run");
+  p.AddString("listen", &o.listen,
+              "HOST:PORT to accept workers on (port 0: any free port)");
+  p.AddString("advertise", &o.advertise,
+              "HOST:PORT workers should dial (default: the listen address)");
+  p.AddString("coordinator", &o.coordinator,
+              "HOST:PORT of shard 0 (required for shards > 0)");
+  p.AddString("data-dir", &o.data_dir,
+              "directory for this shard's checkpoints");
+  p.AddInt("workers", &o.workers,
+           "workers that must join before training starts");
+  p.AddInt("max-staleness", &o.max_staleness,
+           "cap on the staleness bound workers may ask for; -1: no cap");
+  p.AddInt("reject-staleness", &o.reject_staleness,
+           "reject pushes staler than this many clocks; -1: never");
+  p.AddInt("block-size", &o.block_size, "floats per dense block");
+  p.AddUint64("seed", &o.seed, "run seed from which every other seed derives");
+  p.AddString("optimizer", &optimizer, "sgd, momentum, adagrad or adam");
+  p.AddFloat("lr", &o.optimizer.lr, "learning rate");
+  p.AddFloat("momentum", &o.optimizer.momentum, "momentum coefficient");
+  p.AddFloat("beta1", &o.optimizer.beta1, "Adam beta1");
+  p.AddFloat("beta2", &o.optimizer.beta2, "Adam beta2");
+  p.AddFloat("epsilon", &o.optimizer.epsilon, "AdaGrad/Adam epsilon");
+  p.AddInt("threads", &o.threads, "I/O threads");
+  p.AddUint64("max-frame-bytes", &o.max_frame_bytes,
+              "largest frame accepted; longer ones close the connection");
+  p.AddInt("connect-timeout-ms", &o.connect_timeout_ms,
+           "how long a shard keeps trying to reach the coordinator");
+  p.AddBool("verbose", &o.verbose, "log debug lines");
+}
+
+Status Check(const ServerOptions& o, const FlagParser& p) {
+  if (o.shards < 1) return InvalidArgument("--shards: must be at least 1");
+  if (o.shard_id < 0 || o.shard_id >= o.shards) {
+    return InvalidArgument("--shard-id: " + std::to_string(o.shard_id) +
+                           " is not in 0.." + std::to_string(o.shards - 1));
+  }
+  if (auto hp = ParseHostPort(o.listen, "--listen", true); !hp.ok()) {
+    return hp.status();
+  }
+  if (!o.advertise.empty()) {
+    if (auto hp = ParseHostPort(o.advertise, "--advertise"); !hp.ok()) {
+      return hp.status();
+    }
+  }
+  if (o.shard_id == 0 && !o.coordinator.empty()) {
+    return InvalidArgument(
+        "--coordinator: shard 0 is the coordinator and takes no --coordinator");
+  }
+  if (o.shard_id > 0) {
+    if (o.coordinator.empty()) {
+      return InvalidArgument("--coordinator: required for shard " +
+                             std::to_string(o.shard_id));
+    }
+    if (auto hp = ParseHostPort(o.coordinator, "--coordinator"); !hp.ok()) {
+      return hp.status();
+    }
+    for (const char* name : kRunWide) {
+      if (p.WasSet(name)) {
+        return InvalidArgument(std::string("--") + name +
+                               ": run-wide setting; give it to shard 0 only");
+      }
+    }
+  }
+  if (o.workers < 0) return InvalidArgument("--workers: must be >= 0");
+  if (o.max_staleness < -1) {
+    return InvalidArgument("--max-staleness: must be >= -1");
+  }
+  if (o.reject_staleness < -1) {
+    return InvalidArgument("--reject-staleness: must be >= -1");
+  }
+  if (o.block_size < 1) return InvalidArgument("--block-size: must be >= 1");
+  if (!(o.optimizer.lr > 0)) return InvalidArgument("--lr: must be > 0");
+  if (o.threads < 1 || o.threads > 256) {
+    return InvalidArgument("--threads: must be in 1..256");
+  }
+  if (o.max_frame_bytes < 1024 || o.max_frame_bytes > (uint64_t{1} << 31)) {
+    return InvalidArgument("--max-frame-bytes: must be in 1024..2^31");
+  }
+  if (o.connect_timeout_ms < 0) {
+    return InvalidArgument("--connect-timeout-ms: must be >= 0");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string ServerUsage() {
+  ServerOptions o;
+  std::string optimizer = OptimizerName(o.optimizer.kind);
+  FlagParser p("tether-server", kSummary);
+  Bind(p, o, optimizer);
+  return p.Usage();
+}
+
+Result<ServerOptions> ParseServerOptions(int argc, const char* const* argv,
+                                         bool* help) {
+  ServerOptions o;
+  std::string optimizer = OptimizerName(o.optimizer.kind);
+  FlagParser p("tether-server", kSummary);
+  Bind(p, o, optimizer);
+  TETHER_RETURN_IF_ERROR(p.Parse(argc, argv));
+  *help = p.help_requested();
+  if (*help) return o;
+  if (!p.positional().empty()) {
+    return InvalidArgument("unexpected argument '" + p.positional().front() +
+                           "' (flags start with --)");
+  }
+  auto kind = ParseOptimizerKind(optimizer);
+  if (!kind.ok()) return kind.status();
+  o.optimizer.kind = *kind;
+  TETHER_RETURN_IF_ERROR(Check(o, p));
+  return o;
+}
+
+}  // namespace tether

@@ -1,0 +1,393 @@
+#include "server/param_store.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+namespace tether {
+namespace {
+
+// Sparse rows live in chunks of about this many floats: no reallocation (and
+// no doubled peak memory) as a table grows, at most one partly used chunk
+// per table, and pages of the unused tail are never touched.
+constexpr size_t kChunkFloats = size_t{1} << 16;
+
+std::string ShapeString(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string InitString(const InitSpec& init) {
+  std::ostringstream s;
+  switch (init.kind) {
+    case InitSpec::Kind::kZeros:
+      return "zeros";
+    case InitSpec::Kind::kUniform:
+      s << "uniform(" << init.scale << ")";
+      break;
+    case InitSpec::Kind::kNormal:
+      s << "normal(" << init.scale << ")";
+      break;
+    case InitSpec::Kind::kConstant:
+      s << "constant(" << init.scale << ")";
+      break;
+    default:
+      s << "kind " << static_cast<int>(init.kind);
+  }
+  return s.str();
+}
+
+// Inits arrive from the network: an unknown kind or a NaN scale would
+// otherwise become weights that poison every later update.
+Status CheckInit(const std::string& what, const InitSpec& init) {
+  switch (init.kind) {
+    case InitSpec::Kind::kZeros:
+    case InitSpec::Kind::kConstant:
+      break;
+    case InitSpec::Kind::kUniform:
+    case InitSpec::Kind::kNormal:
+      if (init.scale < 0) {
+        return InvalidArgument(what + ": init " + InitString(init) +
+                               " has a negative scale");
+      }
+      break;
+    default:
+      return InvalidArgument(what + ": unknown init " + InitString(init));
+  }
+  if (!std::isfinite(init.scale)) {
+    return InvalidArgument(what + ": init " + InitString(init) +
+                           " is not finite");
+  }
+  return Status::Ok();
+}
+
+Status ShapeMismatch(std::string message) {
+  return Status(Code::kShapeMismatch, std::move(message));
+}
+
+}  // namespace
+
+uint32_t NameId(const std::string& name) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 16777619u;
+  }
+  return h;
+}
+
+struct ParamStore::Block {
+  uint64_t step = 0;
+  uint32_t len = 0;
+  std::vector<float> data;  // len weights, then the slots
+
+  std::span<float> weights() { return {data.data(), len}; }
+  std::span<float> slots() { return std::span<float>(data).subspan(len); }
+};
+
+struct ParamStore::Tensor {
+  uint32_t id = 0;
+  std::string name;
+  std::vector<uint64_t> shape;
+  InitSpec init;
+  uint64_t numel = 0;
+  uint64_t num_blocks = 0;
+  uint64_t floats_held = 0;
+  // Only the blocks this shard was asked for, so a shard of a huge tensor
+  // pays nothing for the blocks that live elsewhere.
+  std::unordered_map<uint32_t, Block> blocks;
+
+  std::string What() const { return "tensor '" + name + "'"; }
+  uint32_t BlockLen(uint32_t block, uint32_t block_size) const {
+    return static_cast<uint32_t>(
+        std::min<uint64_t>(numel - uint64_t{block} * block_size, block_size));
+  }
+
+  // Block `block` (already checked to exist), created on first touch.
+  Block& Touch(uint32_t block, uint32_t block_size, uint64_t seed,
+               int slots_per_weight) {
+    auto [it, inserted] = blocks.try_emplace(block);
+    Block& b = it->second;
+    if (inserted) {
+      b.len = BlockLen(block, block_size);
+      const size_t floats = size_t{b.len} * (1 + slots_per_weight);
+      // Value-initialized, so the slots start at zero.
+      b.data.resize(floats);
+      FillInitial(init, seed, id, uint64_t{block} * block_size, b.weights());
+      floats_held += floats;
+    }
+    return b;
+  }
+};
+
+struct ParamStore::Table {
+  uint32_t id = 0;
+  std::string name;
+  uint32_t dim = 0;
+  InitSpec init;
+  size_t stride = 0;  // dim weights then the slots, per row
+  size_t rows_per_chunk = 0;
+  std::unordered_map<uint64_t, uint64_t> row_of_key;
+  std::vector<std::unique_ptr<float[]>> chunks;
+  std::vector<uint64_t> steps;  // per row
+
+  std::string What() const { return "table '" + name + "'"; }
+  uint64_t rows() const { return steps.size(); }
+  float* Row(uint64_t r) {
+    return chunks[r / rows_per_chunk].get() + (r % rows_per_chunk) * stride;
+  }
+
+  // The row index of `key`, creating and initializing the row if missing.
+  uint64_t Touch(uint64_t key, uint64_t seed) {
+    auto [it, inserted] = row_of_key.try_emplace(key, rows());
+    const uint64_t r = it->second;
+    if (!inserted) return r;
+    if (r % rows_per_chunk == 0) {
+      chunks.push_back(
+          std::make_unique_for_overwrite<float[]>(rows_per_chunk * stride));
+    }
+    float* row = Row(r);
+    // Wrapping u64 arithmetic on purpose: keys are arbitrary u64s (often
+    // hashes) and must still map to some fixed index range.
+    FillInitial(init, seed, id, key * uint64_t{dim}, {row, dim});
+    std::fill(row + dim, row + stride, 0.0f);
+    steps.push_back(0);
+    return r;
+  }
+};
+
+ParamStore::ParamStore(uint64_t seed, uint32_t block_size,
+                       OptimizerOptions optimizer)
+    : seed_(seed),
+      // A block size of 0 is meaningless; one-float blocks beat dividing by
+      // zero.
+      block_size_(std::max<uint32_t>(block_size, 1)),
+      optimizer_(optimizer) {}
+
+ParamStore::~ParamStore() = default;
+
+Status ParamStore::CheckIdFree(const std::string& kind, const std::string& name,
+                               uint32_t id) const {
+  const std::string* other = nullptr;
+  const char* other_kind = "";
+  if (auto it = tensors_.find(id); it != tensors_.end()) {
+    other = &it->second->name;
+    other_kind = "tensor";
+  } else if (auto it = tables_.find(id); it != tables_.end()) {
+    other = &it->second->name;
+    other_kind = "table";
+  }
+  if (other == nullptr) return Status::Ok();
+  if (*other != name) {
+    return InvalidArgument(kind + " '" + name + "' has id " +
+                           std::to_string(id) + ", the same as " + other_kind +
+                           " '" + *other + "'; rename one");
+  }
+  return ShapeMismatch(kind + " '" + name + "' is already defined as a " +
+                       other_kind);
+}
+
+Result<uint32_t> ParamStore::DefineTensor(const std::string& name,
+                                          const std::vector<uint64_t>& shape,
+                                          const InitSpec& init) {
+  if (name.empty()) return InvalidArgument("tensor name is empty");
+  const std::string what = "tensor '" + name + "'";
+  if (shape.empty()) return InvalidArgument(what + ": shape is empty");
+  uint64_t numel = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0) {
+      return InvalidArgument(what + ": dimension " + std::to_string(i) +
+                             " is zero in shape " + ShapeString(shape));
+    }
+    if (__builtin_mul_overflow(numel, shape[i], &numel)) {
+      return InvalidArgument(what + ": shape " + ShapeString(shape) +
+                             " has more than 2^64 elements");
+    }
+  }
+  TETHER_RETURN_IF_ERROR(CheckInit(what, init));
+
+  const uint32_t id = NameId(name);
+  if (auto it = tensors_.find(id);
+      it != tensors_.end() && it->second->name == name) {
+    const Tensor& t = *it->second;
+    if (t.shape == shape && t.init == init) return id;
+    return ShapeMismatch(what + " is already defined with shape " +
+                         ShapeString(t.shape) + " and init " +
+                         InitString(t.init) + ", not shape " +
+                         ShapeString(shape) + " and init " + InitString(init));
+  }
+  TETHER_RETURN_IF_ERROR(CheckIdFree("tensor", name, id));
+
+  // Written this way round so numel near 2^64 cannot overflow.
+  const uint64_t num_blocks = (numel - 1) / block_size_ + 1;
+  if (num_blocks > (uint64_t{1} << 32)) {
+    return InvalidArgument(what + ": " + std::to_string(numel) +
+                           " floats make more than 2^32 blocks of " +
+                           std::to_string(block_size_));
+  }
+  auto t = std::make_unique<Tensor>();
+  t->id = id;
+  t->name = name;
+  t->shape = shape;
+  t->init = init;
+  t->numel = numel;
+  t->num_blocks = num_blocks;
+  tensors_.emplace(id, std::move(t));
+  return id;
+}
+
+Result<uint32_t> ParamStore::DefineTable(const std::string& name, uint32_t dim,
+                                         const InitSpec& init) {
+  if (name.empty()) return InvalidArgument("table name is empty");
+  const std::string what = "table '" + name + "'";
+  if (dim == 0) return InvalidArgument(what + ": dim is zero");
+  TETHER_RETURN_IF_ERROR(CheckInit(what, init));
+
+  const uint32_t id = NameId(name);
+  if (auto it = tables_.find(id);
+      it != tables_.end() && it->second->name == name) {
+    const Table& t = *it->second;
+    if (t.dim == dim && t.init == init) return id;
+    return ShapeMismatch(what + " is already defined with dim " +
+                         std::to_string(t.dim) + " and init " +
+                         InitString(t.init) + ", not dim " +
+                         std::to_string(dim) + " and init " + InitString(init));
+  }
+  TETHER_RETURN_IF_ERROR(CheckIdFree("table", name, id));
+
+  auto t = std::make_unique<Table>();
+  t->id = id;
+  t->name = name;
+  t->dim = dim;
+  t->init = init;
+  t->stride = size_t{dim} * (1 + optimizer_.slots_per_weight());
+  t->rows_per_chunk = std::max<size_t>(1, kChunkFloats / t->stride);
+  tables_.emplace(id, std::move(t));
+  return id;
+}
+
+Result<ParamStore::Tensor*> ParamStore::FindBlock(uint32_t tensor,
+                                                  uint32_t block) {
+  auto it = tensors_.find(tensor);
+  if (it == tensors_.end()) {
+    return NotFound("unknown tensor id " + std::to_string(tensor));
+  }
+  Tensor& t = *it->second;
+  if (block >= t.num_blocks) {
+    return InvalidArgument(t.What() + ": block " + std::to_string(block) +
+                           " is past the end (" + std::to_string(t.num_blocks) +
+                           " blocks)");
+  }
+  return &t;
+}
+
+Result<std::span<const float>> ParamStore::ReadBlock(uint32_t tensor,
+                                                     uint32_t block) {
+  Result<Tensor*> t = FindBlock(tensor, block);
+  if (!t.ok()) return t.status();
+  Block& b =
+      (*t)->Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
+  return std::span<const float>(b.weights());
+}
+
+Status ParamStore::ApplyBlock(uint32_t tensor, uint32_t block,
+                              std::span<const float> grad, float lr_scale) {
+  Result<Tensor*> found = FindBlock(tensor, block);
+  if (!found.ok()) return found.status();
+  Tensor& t = **found;
+  // Checked before Touch so that a rejected push creates nothing.
+  const uint32_t len = t.BlockLen(block, block_size_);
+  if (grad.size() != len) {
+    return InvalidArgument(t.What() + ": block " + std::to_string(block) +
+                           " has " + std::to_string(len) +
+                           " floats, the gradient " +
+                           std::to_string(grad.size()));
+  }
+  Block& b = t.Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
+  ++b.step;
+  optimizer_.Apply(b.weights(), b.slots(), grad, b.step, lr_scale);
+  return Status::Ok();
+}
+
+Result<ParamStore::Table*> ParamStore::FindTable(uint32_t table, size_t keys,
+                                                 size_t floats,
+                                                 const char* buffer) {
+  auto it = tables_.find(table);
+  if (it == tables_.end()) {
+    return NotFound("unknown table id " + std::to_string(table));
+  }
+  Table& t = *it->second;
+  if (floats != keys * t.dim) {
+    return InvalidArgument(t.What() + ": " + std::to_string(keys) +
+                           " keys of dim " + std::to_string(t.dim) + " need " +
+                           std::to_string(keys * t.dim) + " floats, " + buffer +
+                           " has " + std::to_string(floats));
+  }
+  return &t;
+}
+
+Status ParamStore::ReadRows(uint32_t table, std::span<const uint64_t> keys,
+                            std::span<float> out) {
+  Result<Table*> found = FindTable(table, keys.size(), out.size(), "output");
+  if (!found.ok()) return found.status();
+  Table& t = **found;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const float* row = t.Row(t.Touch(keys[i], seed_));
+    std::memcpy(out.data() + i * t.dim, row, t.dim * sizeof(float));
+  }
+  return Status::Ok();
+}
+
+Status ParamStore::ApplyRows(uint32_t table, std::span<const uint64_t> keys,
+                             std::span<const float> grads, float lr_scale) {
+  Result<Table*> found =
+      FindTable(table, keys.size(), grads.size(), "gradient");
+  if (!found.ok()) return found.status();
+  Table& t = **found;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t r = t.Touch(keys[i], seed_);
+    float* row = t.Row(r);
+    optimizer_.Apply({row, t.dim}, {row + t.dim, t.stride - t.dim},
+                     grads.subspan(i * t.dim, t.dim), ++t.steps[r], lr_scale);
+  }
+  return Status::Ok();
+}
+
+Result<uint32_t> ParamStore::TableDim(uint32_t table) const {
+  auto it = tables_.find(table);
+  if (it == tables_.end()) {
+    return NotFound("unknown table id " + std::to_string(table));
+  }
+  return it->second->dim;
+}
+
+Result<uint64_t> ParamStore::TensorSize(uint32_t tensor) const {
+  auto it = tensors_.find(tensor);
+  if (it == tensors_.end()) {
+    return NotFound("unknown tensor id " + std::to_string(tensor));
+  }
+  return it->second->numel;
+}
+
+ParamStore::Counts ParamStore::counts() const {
+  Counts c;
+  c.tensors = static_cast<uint32_t>(tensors_.size() + tables_.size());
+  uint64_t floats = 0;
+  for (const auto& [id, t] : tensors_) {
+    c.dense_blocks += t->blocks.size();
+    floats += t->floats_held;
+  }
+  for (const auto& [id, t] : tables_) {
+    c.sparse_rows += t->rows();
+    floats += t->rows() * t->stride;
+  }
+  c.bytes = floats * sizeof(float);
+  return c;
+}
+
+}  // namespace tether

@@ -1,0 +1,108 @@
+// A shard's parameters: dense tensors cut into fixed-size blocks, and sparse
+// tables of rows keyed by u64. Blocks and rows are created on first touch
+// (pull or push) with their initial values, so which shard holds what is
+// decided by the client's slicer alone. Each block and row carries its
+// optimizer slots and update count.
+//
+// Not thread-safe: the owning Shard serializes access.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "schema/status.h"
+#include "server/initializer.h"
+#include "server/optimizer.h"
+
+namespace tether {
+
+// The id a tensor or table name maps to (32-bit FNV-1a): stable across
+// processes and runs, used on the wire and to seed initial values.
+uint32_t NameId(const std::string& name);
+
+class ParamStore {
+ public:
+  ParamStore(uint64_t seed, uint32_t block_size, OptimizerOptions optimizer);
+  ~ParamStore();
+
+  // Defines a dense tensor. Idempotent when name, shape and init match.
+  // Returns its id; kShapeMismatch (naming the tensor and both shapes or
+  // inits) if it exists differently, or exists as a table (tensors and
+  // tables share one id space); kInvalidArgument for an empty name, an
+  // empty shape or a zero dimension, a bad init (unknown kind, non-finite
+  // scale, negative uniform or normal scale), or an id collision with
+  // another name.
+  Result<uint32_t> DefineTensor(const std::string& name,
+                                const std::vector<uint64_t>& shape,
+                                const InitSpec& init);
+  // Defines a sparse table of rows of `dim` floats; same rules.
+  Result<uint32_t> DefineTable(const std::string& name, uint32_t dim,
+                               const InitSpec& init);
+
+  // Weights of dense block `block` of `tensor`, created on first touch. The
+  // span stays valid until the next call that creates or applies.
+  // kNotFound for an unknown tensor, kInvalidArgument for a block index past
+  // the end. Blocks hold block_size() floats except the last.
+  Result<std::span<const float>> ReadBlock(uint32_t tensor, uint32_t block);
+  // Applies `grad` (exactly the block's length, else kInvalidArgument) with
+  // the optimizer at rate lr * lr_scale.
+  Status ApplyBlock(uint32_t tensor, uint32_t block,
+                    std::span<const float> grad, float lr_scale = 1.0f);
+
+  // Copies the rows of `keys` into `out` (keys.size() * dim floats, row
+  // after row), creating missing rows. kNotFound for an unknown table,
+  // kInvalidArgument for a wrong `out` size.
+  Status ReadRows(uint32_t table, std::span<const uint64_t> keys,
+                  std::span<float> out);
+  // Applies one gradient row per key (keys.size() * dim floats). A key
+  // repeated in `keys` is applied once per occurrence.
+  Status ApplyRows(uint32_t table, std::span<const uint64_t> keys,
+                   std::span<const float> grads, float lr_scale = 1.0f);
+
+  // Row width of `table`, or kNotFound.
+  Result<uint32_t> TableDim(uint32_t table) const;
+  // Number of floats in `tensor`, or kNotFound.
+  Result<uint64_t> TensorSize(uint32_t tensor) const;
+
+  struct Counts {
+    uint32_t tensors = 0;  // dense tensors plus sparse tables defined
+    uint64_t dense_blocks = 0;
+    uint64_t sparse_rows = 0;
+    uint64_t bytes = 0;  // weights plus optimizer slots held
+  };
+  Counts counts() const;
+
+  uint32_t block_size() const { return block_size_; }
+  uint64_t seed() const { return seed_; }
+  const Optimizer& optimizer() const { return optimizer_; }
+
+ private:
+  struct Block;
+  struct Tensor;
+  struct Table;
+
+  // OK if no tensor or table holds `id`; kInvalidArgument if another name
+  // does, kShapeMismatch if `name` itself does as the other kind.
+  Status CheckIdFree(const std::string& kind, const std::string& name,
+                     uint32_t id) const;
+  // The tensor, if it exists and has block `block`; errors as for
+  // ReadBlock.
+  Result<Tensor*> FindBlock(uint32_t tensor, uint32_t block);
+  // The table, if it exists and `floats` == `keys` * dim; `buffer` names the
+  // span checked in the error message.
+  Result<Table*> FindTable(uint32_t table, size_t keys, size_t floats,
+                           const char* buffer);
+
+  const uint64_t seed_;
+  const uint32_t block_size_;
+  const Optimizer optimizer_;
+
+  std::unordered_map<uint32_t, std::unique_ptr<Tensor>> tensors_;
+  std::unordered_map<uint32_t, std::unique_ptr<Table>> tables_;
+};
+
+}  // namespace tether

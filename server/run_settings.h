@@ -1,0 +1,36 @@
+// The run-wide settings the coordinator owns and hands to every shard and
+// worker, and their wire form.
+#pragma once
+
+#include <cstdint>
+
+#include "schema/frame.h"
+#include "schema/status.h"
+#include "server/optimizer.h"
+#include "server/options.h"
+
+namespace tether {
+
+struct RunSettings {
+  uint64_t seed = 1;
+  int num_shards = 1;
+  int num_workers = 1;
+  int max_staleness = -1;     // cap on what workers ask for; -1 none
+  int reject_staleness = -1;  // pushes staler than this are refused; -1 never
+  uint32_t block_size = 65536;
+  OptimizerOptions optimizer;
+};
+
+// The settings shard 0 takes from its own flags.
+RunSettings SettingsFromOptions(const ServerOptions& options);
+
+flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
+    flatbuffers::FlatBufferBuilder& fbb, const RunSettings& settings);
+// kBadFrame when a field is missing or out of range.
+Result<RunSettings> ReadRunConfig(const wire::RunConfig* config);
+
+// The bound a shard enforces for a worker that asked for `requested`
+// (-1: unbounded): the request, capped by max_staleness when that is set.
+int EffectiveStaleness(int requested, int max_staleness);
+
+}  // namespace tether

@@ -1,0 +1,126 @@
+#include "server/session.h"
+
+#include "schema/log.h"
+
+namespace tether {
+
+Session::Session(tcp::socket socket, const ConnectionOptions& options,
+                 Shard* shard, Coordinator* coordinator)
+    : shard_(shard),
+      coordinator_(coordinator),
+      conn_(std::make_shared<Connection>(std::move(socket), options)) {}
+
+void Session::Start() {
+  conn_->Start(
+      [self = shared_from_this()](Frame frame) {
+        self->OnFrame(std::move(frame));
+      },
+      [self = shared_from_this()](const Status& why) { self->OnClosed(why); });
+}
+
+void Session::Close() { conn_->Close(); }
+
+void Session::OnFrame(Frame frame) {
+  shard_->CountTraffic(frame.size(), 0);
+  const wire::Message& message = *frame.message();
+  if (!hello_done_) {
+    if (message.body_type() != wire::Body::Hello) {
+      return Refuse(ProtocolError(
+          std::string("expected Hello as the first message, got ") +
+          wire::EnumNameBody(message.body_type())));
+    }
+    return OnHello(*message.body_as_Hello());
+  }
+  if (message.body_type() == wire::Body::Hello) {
+    return conn_->Send(MakeErrorFrame(0, ProtocolError("duplicate Hello")));
+  }
+  shard_->Handle(peer_, message, conn_);
+}
+
+void Session::Refuse(const Status& why) {
+  TETHER_LOG(kWarning) << "refusing " << conn_->peer() << ": "
+                       << why.message();
+  conn_->SendAndClose(MakeErrorFrame(0, why));
+}
+
+void Session::OnHello(const wire::Hello& hello) {
+  if (hello.protocol_version() != kProtocolVersion) {
+    return Refuse(Status(Code::kVersionMismatch,
+                         "protocol version " +
+                             std::to_string(hello.protocol_version()) +
+                             " is not supported; this shard speaks version " +
+                             std::to_string(kProtocolVersion)));
+  }
+  const RunSettings& settings = shard_->settings();
+  peer_.role = hello.role();
+  peer_.name = hello.client_name() ? hello.client_name()->str() : "";
+  switch (hello.role()) {
+    case wire::Role::Shard: {
+      if (coordinator_ == nullptr) {
+        return Refuse(ProtocolError("shard " +
+                                    std::to_string(shard_->shard_id()) +
+                                    " is not the coordinator"));
+      }
+      peer_.rank = hello.shard_id();
+      hello_done_ = true;
+      std::string address = hello.address() ? hello.address()->str() : "";
+      return coordinator_->RegisterShard(hello.shard_id(), address, conn_);
+    }
+    case wire::Role::Worker: {
+      peer_.staleness =
+          EffectiveStaleness(hello.staleness(), settings.max_staleness);
+      int rank = hello.rank();
+      if (coordinator_ != nullptr) {
+        auto joined = coordinator_->JoinWorker(rank, peer_.staleness, conn_);
+        if (!joined.ok()) return Refuse(joined.status());
+        rank = *joined;
+      } else if (rank < 0 || rank >= settings.num_workers) {
+        return Refuse(InvalidArgument(
+            "worker rank " + std::to_string(rank) + " is not in 0.." +
+            std::to_string(settings.num_workers - 1) +
+            "; ask the coordinator for a rank first"));
+      } else {
+        conn_->Send(MakeWelcome(rank, peer_.staleness));
+      }
+      peer_.rank = rank;
+      hello_done_ = true;
+      shard_->SetWorkerConnected(rank, true, peer_.staleness);
+      return;
+    }
+    case wire::Role::Observer:
+      hello_done_ = true;
+      if (coordinator_ != nullptr) return coordinator_->JoinObserver(conn_);
+      return conn_->Send(MakeWelcome(-1, -1));
+    default:
+      return Refuse(InvalidArgument("unknown role " +
+                                    std::to_string(static_cast<int>(
+                                        hello.role()))));
+  }
+}
+
+OutFrame Session::MakeWelcome(int rank, int staleness) const {
+  flatbuffers::FlatBufferBuilder fbb(512);
+  auto config = WriteRunConfig(fbb, shard_->settings());
+  wire::WelcomeBuilder b(fbb);
+  b.add_rank(rank);
+  b.add_staleness(staleness);
+  b.add_shard_id(shard_->shard_id());
+  b.add_config(config);
+  return FinishFrame(fbb, b.Finish());
+}
+
+void Session::OnClosed(const Status& why) {
+  if (!why.ok()) {
+    TETHER_LOG(kInfo) << "connection from " << conn_->peer()
+                      << " ended: " << why.message();
+  }
+  if (!hello_done_) return;
+  if (peer_.role == wire::Role::Worker) {
+    shard_->SetWorkerConnected(peer_.rank, false, peer_.staleness);
+    if (coordinator_ != nullptr) coordinator_->WorkerLeft(peer_.rank, conn_.get());
+  } else if (peer_.role == wire::Role::Shard && coordinator_ != nullptr) {
+    coordinator_->ShardLeft(peer_.rank, conn_.get());
+  }
+}
+
+}  // namespace tether

@@ -1,0 +1,314 @@
+#include "server/shard.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "schema/log.h"
+
+namespace tether {
+namespace {
+
+InitSpec ToInitSpec(const wire::InitSpec* spec) {
+  InitSpec init;
+  if (spec == nullptr) return init;
+  switch (spec->kind()) {
+    case wire::InitKind::Zeros: init.kind = InitSpec::Kind::kZeros; break;
+    case wire::InitKind::Uniform: init.kind = InitSpec::Kind::kUniform; break;
+    case wire::InitKind::Normal: init.kind = InitSpec::Kind::kNormal; break;
+    case wire::InitKind::Constant:
+      init.kind = InitSpec::Kind::kConstant;
+      break;
+    default: init.kind = InitSpec::Kind::kZeros;
+  }
+  init.scale = spec->scale();
+  return init;
+}
+
+OutFrame MakeDefineAck(uint64_t request_id, uint32_t id) {
+  flatbuffers::FlatBufferBuilder fbb(64);
+  return FinishFrame(fbb, wire::CreateDefineAck(fbb, request_id, id));
+}
+
+template <typename T>
+std::vector<T> ToVector(const flatbuffers::Vector<T>* v) {
+  if (v == nullptr) return {};
+  return std::vector<T>(v->begin(), v->end());
+}
+
+}  // namespace
+
+Shard::Shard(int shard_id, RunSettings settings)
+    : shard_id_(shard_id),
+      settings_(settings),
+      store_(settings.seed, settings.block_size, settings.optimizer),
+      clocks_(settings.num_workers),
+      connected_(settings.num_workers, false),
+      staleness_bound_(settings.num_workers, -1) {}
+
+void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
+                   const std::shared_ptr<Connection>& conn) {
+  switch (message.body_type()) {
+    case wire::Body::DefineTensor:
+      return OnDefineTensor(*message.body_as_DefineTensor(), *conn);
+    case wire::Body::DefineTable:
+      return OnDefineTable(*message.body_as_DefineTable(), *conn);
+    case wire::Body::Pull: return OnPull(peer, *message.body_as_Pull(), conn);
+    case wire::Body::Push: return OnPush(peer, *message.body_as_Push(), *conn);
+    case wire::Body::Clock:
+      return OnClock(peer, *message.body_as_Clock(), *conn);
+    case wire::Body::Heartbeat: {
+      flatbuffers::FlatBufferBuilder fbb(64);
+      auto* hb = message.body_as_Heartbeat();
+      return conn->Send(FinishFrame(
+          fbb, wire::CreateHeartbeat(fbb, hb->request_id(), hb->unix_ms())));
+    }
+    case wire::Body::StatsRequest:
+      return conn->Send(MakeStats(message.body_as_StatsRequest()->request_id()));
+    default:
+      return conn->Send(MakeErrorFrame(
+          0, ProtocolError(std::string("unexpected message ") +
+                           wire::EnumNameBody(message.body_type()))));
+  }
+}
+
+void Shard::OnDefineTensor(const wire::DefineTensor& m, Connection& conn) {
+  std::vector<uint64_t> shape = ToVector(m.shape());
+  Result<uint32_t> id = [&] {
+    std::lock_guard lock(mu_);
+    return store_.DefineTensor(m.name()->str(), shape, ToInitSpec(m.init()));
+  }();
+  if (!id.ok()) return conn.Send(MakeErrorFrame(m.request_id(), id.status()));
+  conn.Send(MakeDefineAck(m.request_id(), *id));
+}
+
+void Shard::OnDefineTable(const wire::DefineTable& m, Connection& conn) {
+  Result<uint32_t> id = [&] {
+    std::lock_guard lock(mu_);
+    return store_.DefineTable(m.name()->str(), m.dim(), ToInitSpec(m.init()));
+  }();
+  if (!id.ok()) return conn.Send(MakeErrorFrame(m.request_id(), id.status()));
+  conn.Send(MakeDefineAck(m.request_id(), *id));
+}
+
+void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
+                   const std::shared_ptr<Connection>& conn) {
+  std::vector<uint32_t> blocks = ToVector(m.blocks());
+  std::vector<uint64_t> keys = ToVector(m.keys());
+  std::lock_guard lock(mu_);
+  ++pulls_;
+  bool is_worker = peer.role == wire::Role::Worker;
+  int64_t clock = is_worker ? clocks_.clock(peer.rank) : 0;
+  if (is_worker && !clocks_.Ready(clock, peer.staleness)) {
+    // Answered by the Clock that lets the slowest worker catch up; the
+    // reply is built then, so it carries every update up to that moment.
+    clocks_.Wait(clock, peer.staleness,
+                 [this, conn, id = m.request_id(), tensor = m.tensor(),
+                  sparse = m.sparse(), blocks = std::move(blocks),
+                  keys = std::move(keys)] {
+                   OutFrame reply =
+                       BuildPullReply(id, tensor, sparse, blocks, keys);
+                   bytes_out_ += reply->size();
+                   conn->Send(std::move(reply));
+                 });
+    return;
+  }
+  OutFrame reply = BuildPullReply(m.request_id(), m.tensor(), m.sparse(),
+                                  blocks, keys);
+  bytes_out_ += reply->size();
+  conn->Send(std::move(reply));
+}
+
+OutFrame Shard::BuildPullReply(uint64_t request_id, uint32_t tensor,
+                               bool sparse,
+                               const std::vector<uint32_t>& blocks,
+                               const std::vector<uint64_t>& keys) {
+  if (sparse) {
+    auto dim = store_.TableDim(tensor);
+    if (!dim.ok()) return MakeErrorFrame(request_id, dim.status());
+    size_t n = keys.size() * *dim;
+    flatbuffers::FlatBufferBuilder fbb(256 + n * sizeof(float));
+    float* rows = nullptr;
+    auto rows_offset = fbb.CreateUninitializedVector(n, &rows);
+    Status s = store_.ReadRows(tensor, keys, std::span<float>(rows, n));
+    if (!s.ok()) return MakeErrorFrame(request_id, s);
+    wire::PullReplyBuilder b(fbb);
+    b.add_request_id(request_id);
+    b.add_rows(rows_offset);
+    b.add_min_clock(clocks_.min_clock());
+    return FinishFrame(fbb, b.Finish());
+  }
+  size_t bytes = 256 + blocks.size() * (settings_.block_size * 4 + 32);
+  flatbuffers::FlatBufferBuilder fbb(bytes);
+  std::vector<flatbuffers::Offset<wire::Block>> out;
+  out.reserve(blocks.size());
+  for (uint32_t index : blocks) {
+    auto w = store_.ReadBlock(tensor, index);
+    if (!w.ok()) return MakeErrorFrame(request_id, w.status());
+    auto values = fbb.CreateVector(w->data(), w->size());
+    out.push_back(wire::CreateBlock(fbb, index, values));
+  }
+  auto blocks_offset = fbb.CreateVector(out);
+  wire::PullReplyBuilder b(fbb);
+  b.add_request_id(request_id);
+  b.add_blocks(blocks_offset);
+  b.add_min_clock(clocks_.min_clock());
+  return FinishFrame(fbb, b.Finish());
+}
+
+Status Shard::CheckDensePush(const wire::Push& m) {
+  auto size = store_.TensorSize(m.tensor());
+  if (!size.ok()) return size.status();
+  if (m.blocks() == nullptr) return InvalidArgument("push carries no blocks");
+  const uint64_t bs = settings_.block_size;
+  const uint64_t num_blocks = (*size + bs - 1) / bs;
+  for (const wire::Block* block : *m.blocks()) {
+    if (block->index() >= num_blocks) {
+      return InvalidArgument("push to block " + std::to_string(block->index()) +
+                             " past the end (" + std::to_string(num_blocks) +
+                             " blocks)");
+    }
+    uint64_t expected = std::min(bs, *size - block->index() * bs);
+    uint64_t got = block->values() ? block->values()->size() : 0;
+    if (got != expected) {
+      return InvalidArgument("push to block " + std::to_string(block->index()) +
+                             " has " + std::to_string(got) +
+                             " values, expected " + std::to_string(expected));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Shard::CheckSparsePush(const wire::Push& m) {
+  auto dim = store_.TableDim(m.tensor());
+  if (!dim.ok()) return dim.status();
+  uint64_t keys = m.keys() ? m.keys()->size() : 0;
+  uint64_t rows = m.rows() ? m.rows()->size() : 0;
+  if (rows != keys * *dim) {
+    return InvalidArgument("sparse push has " + std::to_string(rows) +
+                           " values for " + std::to_string(keys) +
+                           " keys of width " + std::to_string(*dim));
+  }
+  return Status::Ok();
+}
+
+void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
+                   Connection& conn) {
+  std::unique_lock lock(mu_);
+  Status s = m.sparse() ? CheckSparsePush(m) : CheckDensePush(m);
+  if (!s.ok()) {
+    lock.unlock();
+    return conn.Send(MakeErrorFrame(m.request_id(), s));
+  }
+  int64_t staleness = 0;
+  if (peer.role == wire::Role::Worker && m.read_clock() >= 0) {
+    staleness = std::max<int64_t>(0, clocks_.max_clock() - m.read_clock());
+  }
+  if (settings_.reject_staleness >= 0 &&
+      staleness > settings_.reject_staleness) {
+    ++rejected_pushes_;
+    lock.unlock();
+    return conn.Send(MakeErrorFrame(
+        m.request_id(),
+        Status(Code::kStalePush,
+               "push read at clock " + std::to_string(m.read_clock()) +
+                   " is " + std::to_string(staleness) +
+                   " clocks stale; this run rejects more than " +
+                   std::to_string(settings_.reject_staleness))));
+  }
+  if (m.sparse()) {
+    std::span<const uint64_t> keys;
+    std::span<const float> rows;
+    if (m.keys() != nullptr) keys = {m.keys()->data(), m.keys()->size()};
+    if (m.rows() != nullptr) rows = {m.rows()->data(), m.rows()->size()};
+    s = store_.ApplyRows(m.tensor(), keys, rows);
+  } else {
+    for (const wire::Block* block : *m.blocks()) {
+      s = store_.ApplyBlock(
+          m.tensor(), block->index(),
+          std::span(block->values()->data(), block->values()->size()));
+      if (!s.ok()) break;  // checked above; only an internal error lands here
+    }
+  }
+  ++pushes_;
+  ++staleness_histogram_[std::min<int64_t>(staleness, kStalenessBuckets - 1)];
+  lock.unlock();
+  if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
+  flatbuffers::FlatBufferBuilder fbb(64);
+  conn.Send(FinishFrame(
+      fbb, wire::CreatePushAck(fbb, m.request_id(), staleness)));
+}
+
+void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
+                    Connection& conn) {
+  if (peer.role != wire::Role::Worker) {
+    return conn.Send(MakeErrorFrame(
+        m.request_id(), ProtocolError("only workers have clocks")));
+  }
+  std::unique_lock lock(mu_);
+  int64_t current = clocks_.clock(peer.rank);
+  if (m.clock() <= current) {
+    lock.unlock();
+    return conn.Send(MakeErrorFrame(
+        m.request_id(),
+        InvalidArgument("clock " + std::to_string(m.clock()) +
+                        " of worker " + std::to_string(peer.rank) +
+                        " is not after its current clock " +
+                        std::to_string(current))));
+  }
+  // Released pulls build their replies now, under the lock, so each sees
+  // exactly the updates applied before this tick.
+  for (auto& release : clocks_.Advance(peer.rank, m.clock())) release();
+  int64_t min_clock = clocks_.min_clock();
+  lock.unlock();
+  flatbuffers::FlatBufferBuilder fbb(64);
+  conn.Send(
+      FinishFrame(fbb, wire::CreateClockAck(fbb, m.request_id(), min_clock)));
+}
+
+void Shard::SetWorkerConnected(int rank, bool connected, int staleness) {
+  std::lock_guard lock(mu_);
+  if (rank >= 0 && rank < static_cast<int>(connected_.size())) {
+    connected_[rank] = connected;
+    staleness_bound_[rank] = staleness;
+  }
+}
+
+void Shard::CountTraffic(uint64_t bytes_in, uint64_t bytes_out) {
+  std::lock_guard lock(mu_);
+  bytes_in_ += bytes_in;
+  bytes_out_ += bytes_out;
+}
+
+OutFrame Shard::MakeStats(uint64_t request_id) {
+  std::lock_guard lock(mu_);
+  flatbuffers::FlatBufferBuilder fbb(1024);
+  std::vector<flatbuffers::Offset<wire::WorkerStat>> workers;
+  for (int r = 0; r < clocks_.num_workers(); ++r) {
+    workers.push_back(wire::CreateWorkerStat(fbb, r, clocks_.clock(r),
+                                             staleness_bound_[r],
+                                             connected_[r]));
+  }
+  auto workers_offset = fbb.CreateVector(workers);
+  auto histogram = fbb.CreateVector(staleness_histogram_.data(),
+                                    staleness_histogram_.size());
+  ParamStore::Counts counts = store_.counts();
+  wire::StatsBuilder b(fbb);
+  b.add_request_id(request_id);
+  b.add_shard_id(shard_id_);
+  b.add_tensors(counts.tensors);
+  b.add_dense_blocks(counts.dense_blocks);
+  b.add_sparse_rows(counts.sparse_rows);
+  b.add_bytes(counts.bytes);
+  b.add_pushes(pushes_);
+  b.add_pulls(pulls_);
+  b.add_rejected_pushes(rejected_pushes_);
+  b.add_waiting_pulls(clocks_.waiting());
+  b.add_bytes_in(bytes_in_);
+  b.add_bytes_out(bytes_out_);
+  b.add_min_clock(clocks_.min_clock());
+  b.add_workers(workers_offset);
+  b.add_staleness_histogram(histogram);
+  return FinishFrame(fbb, b.Finish());
+}
+
+}  // namespace tether

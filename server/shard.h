@@ -1,0 +1,91 @@
+// One shard's data plane: its slice of the parameters, the workers' clocks,
+// and the answers to Define, Pull, Push, Clock, Heartbeat and Stats.
+//
+// Thread-safe: every public method takes the shard's mutex. Replies go out
+// through the requesting peer's Connection (thread-safe), possibly later: a
+// pull that must wait for the slowest worker is stored with its connection
+// and answered when a Clock releases it, holding no thread meanwhile.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "schema/connection.h"
+#include "schema/frame.h"
+#include "server/clock_table.h"
+#include "server/param_store.h"
+#include "server/run_settings.h"
+
+namespace tether {
+
+// Who is on the other end of a connection, as its Hello said.
+struct PeerInfo {
+  wire::Role role = wire::Role::Observer;
+  int rank = -1;       // workers only
+  int staleness = -1;  // the bound enforced for this peer; -1 none
+  std::string name;    // for logs
+};
+
+class Shard {
+ public:
+  // Pushes with staleness >= this land in the last histogram bucket.
+  static constexpr int kStalenessBuckets = 17;
+
+  Shard(int shard_id, RunSettings settings);
+
+  int shard_id() const { return shard_id_; }
+  const RunSettings& settings() const { return settings_; }
+
+  // Answers one verified data-plane message from `peer`, arriving on
+  // `conn`. Bad requests get an Error frame naming what is wrong; nothing a
+  // peer sends can fail the shard.
+  void Handle(const PeerInfo& peer, const wire::Message& message,
+              const std::shared_ptr<Connection>& conn);
+
+  // Records that worker `rank` connected (with its enforced staleness
+  // bound) or went away, for Stats.
+  void SetWorkerConnected(int rank, bool connected, int staleness);
+
+  // A Stats frame describing this shard now.
+  OutFrame MakeStats(uint64_t request_id);
+
+  // Adds to the traffic counters shown in Stats.
+  void CountTraffic(uint64_t bytes_in, uint64_t bytes_out);
+
+ private:
+  void OnDefineTensor(const wire::DefineTensor& m, Connection& conn);
+  void OnDefineTable(const wire::DefineTable& m, Connection& conn);
+  void OnPull(const PeerInfo& peer, const wire::Pull& m,
+              const std::shared_ptr<Connection>& conn);
+  void OnPush(const PeerInfo& peer, const wire::Push& m, Connection& conn);
+  void OnClock(const PeerInfo& peer, const wire::Clock& m, Connection& conn);
+
+  // Builds the reply to a pull; an Error frame when it cannot be answered.
+  OutFrame BuildPullReply(uint64_t request_id, uint32_t tensor, bool sparse,
+                          const std::vector<uint32_t>& blocks,
+                          const std::vector<uint64_t>& keys);
+  Status CheckDensePush(const wire::Push& m);
+  Status CheckSparsePush(const wire::Push& m);
+
+  // Constant after construction.
+  const int shard_id_;
+  const RunSettings settings_;
+
+  std::mutex mu_;
+  // Guarded by mu_.
+  ParamStore store_;
+  ClockTable clocks_;
+  std::vector<bool> connected_;
+  std::vector<int> staleness_bound_;
+  std::array<uint64_t, kStalenessBuckets> staleness_histogram_{};
+  uint64_t pushes_ = 0;
+  uint64_t pulls_ = 0;
+  uint64_t rejected_pushes_ = 0;
+  uint64_t bytes_in_ = 0;
+  uint64_t bytes_out_ = 0;
+};
+
+}  // namespace tether

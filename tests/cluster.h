@@ -1,0 +1,98 @@
+// Test support: real tether processes on loopback.
+//
+// Process runs a binary with its stdout and stderr in a log file and kills
+// it (SIGKILL) on destruction if it still runs. Cluster starts shard 0 on a
+// free port, then the other shards pointed at it, and waits until each
+// logs that it listens. A test that fails prints the tail of every log.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "schema/status.h"
+
+namespace tether::testing {
+
+class Process {
+ public:
+  // Starts `argv` (argv[0] is the binary's path); output goes to `log`.
+  static Result<std::unique_ptr<Process>> Start(std::vector<std::string> argv,
+                                                std::string log);
+  ~Process();
+
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_; }
+  std::string Log() const;
+
+  // Waits until a log line contains `needle`; returns that line. kTimeout,
+  // or kUnavailable when the process exits first.
+  Result<std::string> WaitForLine(const std::string& needle, int timeout_ms);
+  // Waits for exit: the exit status, or 128 + signal. kTimeout if running.
+  Result<int> Wait(int timeout_ms);
+  void Signal(int sig);
+  bool Running();
+
+ private:
+  Process(pid_t pid, std::string log) : pid_(pid), log_(std::move(log)) {}
+  pid_t pid_;
+  std::string log_;
+  bool exited_ = false;
+  int exit_code_ = 0;
+};
+
+// A fresh directory under /tmp, removed on destruction unless the test
+// failed (then kept for inspection and named in the output).
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct ClusterOptions {
+  int shards = 1;
+  int workers = 1;
+  uint64_t seed = 1;
+  int max_staleness = -1;
+  int reject_staleness = -1;
+  int block_size = 65536;
+  std::string optimizer = "sgd";
+  float lr = 0.1f;
+  std::vector<std::string> extra_flags;  // given to shard 0
+};
+
+class Cluster {
+ public:
+  // Starts every shard; returns once all listen and are registered.
+  static Result<std::unique_ptr<Cluster>> Start(const ClusterOptions& options,
+                                                const std::string& dir);
+  ~Cluster();
+
+  const std::string& coordinator() const { return coordinator_; }
+  Process& shard(int i) { return *shards_[i]; }
+  int num_shards() const { return static_cast<int>(shards_.size()); }
+  // Prints the tail of every shard's log to stderr.
+  void DumpLogs() const;
+
+ private:
+  Cluster() = default;
+  std::vector<std::unique_ptr<Process>> shards_;
+  std::string coordinator_;
+};
+
+// The address in a "... listening on HOST:PORT" log line.
+std::string AddressFromLine(const std::string& line);
+// The last `lines` lines of `text`.
+std::string Tail(const std::string& text, int lines);
+// Runs `argv` to completion (at most `timeout_ms`); returns its exit code
+// and fills `output` with what it printed.
+Result<int> RunToExit(const std::vector<std::string>& argv, std::string* output,
+                      int timeout_ms);
+
+}  // namespace tether::testing

@@ -1,0 +1,168 @@
+#include "server/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace tether {
+namespace {
+
+Optimizer Make(OptimizerKind kind, float lr) {
+  OptimizerOptions options;
+  options.kind = kind;
+  options.lr = lr;
+  return Optimizer(options);
+}
+
+TEST(Optimizer, SgdMatchesHandComputedSteps) {
+  const Optimizer opt = Make(OptimizerKind::kSgd, 0.1f);
+  ASSERT_EQ(opt.slots_per_weight(), 0);
+  std::vector<float> w = {1.0f, -2.0f, 0.5f};
+  std::vector<float> slots;
+
+  opt.Apply(w, slots, std::vector<float>{0.5f, -1.0f, 2.0f}, 1);
+  EXPECT_FLOAT_EQ(w[0], 0.95f);  // 1 - 0.1 * 0.5
+  EXPECT_FLOAT_EQ(w[1], -1.9f);  // -2 - 0.1 * -1
+  EXPECT_FLOAT_EQ(w[2], 0.3f);   // 0.5 - 0.1 * 2
+
+  opt.Apply(w, slots, std::vector<float>{1.0f, 1.0f, -0.5f}, 2);
+  EXPECT_FLOAT_EQ(w[0], 0.85f);  // 0.95 - 0.1 * 1
+  EXPECT_FLOAT_EQ(w[1], -2.0f);  // -1.9 - 0.1 * 1
+  EXPECT_FLOAT_EQ(w[2], 0.35f);  // 0.3 - 0.1 * -0.5
+}
+
+TEST(Optimizer, MomentumMatchesHandComputedSteps) {
+  const Optimizer opt = Make(OptimizerKind::kMomentum, 0.1f);  // mu = 0.9
+  ASSERT_EQ(opt.slots_per_weight(), 1);
+  std::vector<float> w = {1.0f, -1.0f};
+  std::vector<float> v(2, 0.0f);
+
+  opt.Apply(w, v, std::vector<float>{1.0f, 2.0f}, 1);
+  // v = 0.9 * 0 + g = {1, 2}; w -= 0.1 * v
+  EXPECT_FLOAT_EQ(v[0], 1.0f);
+  EXPECT_FLOAT_EQ(v[1], 2.0f);
+  EXPECT_FLOAT_EQ(w[0], 0.9f);   // 1 - 0.1
+  EXPECT_FLOAT_EQ(w[1], -1.2f);  // -1 - 0.2
+
+  opt.Apply(w, v, std::vector<float>{1.0f, -2.0f}, 2);
+  // v = {0.9 * 1 + 1, 0.9 * 2 - 2} = {1.9, -0.2}
+  EXPECT_FLOAT_EQ(v[0], 1.9f);
+  EXPECT_NEAR(v[1], -0.2f, 1e-6);
+  EXPECT_FLOAT_EQ(w[0], 0.71f);   // 0.9 - 0.19
+  EXPECT_FLOAT_EQ(w[1], -1.18f);  // -1.2 + 0.02
+
+  opt.Apply(w, v, std::vector<float>{0.0f, 0.0f}, 3);
+  // A zero gradient still moves: v = {0.9 * 1.9, 0.9 * -0.2} = {1.71, -0.18}
+  EXPECT_FLOAT_EQ(v[0], 1.71f);
+  EXPECT_NEAR(v[1], -0.18f, 1e-6);
+  EXPECT_NEAR(w[0], 0.539f, 1e-6);   // 0.71 - 0.171
+  EXPECT_NEAR(w[1], -1.162f, 1e-6);  // -1.18 + 0.018
+}
+
+TEST(Optimizer, AdaGradMatchesHandComputedSteps) {
+  // eps = 1e-8 is below float resolution next to sqrt(h) >= 3 here.
+  const Optimizer opt = Make(OptimizerKind::kAdaGrad, 0.1f);
+  ASSERT_EQ(opt.slots_per_weight(), 1);
+  std::vector<float> w = {1.0f, 2.0f};
+  std::vector<float> h(2, 0.0f);
+
+  opt.Apply(w, h, std::vector<float>{3.0f, 4.0f}, 1);
+  // h = {9, 16}; w -= 0.1 * {3 / 3, 4 / 4}
+  EXPECT_FLOAT_EQ(h[0], 9.0f);
+  EXPECT_FLOAT_EQ(h[1], 16.0f);
+  EXPECT_NEAR(w[0], 0.9f, 1e-6);
+  EXPECT_NEAR(w[1], 1.9f, 1e-6);
+
+  opt.Apply(w, h, std::vector<float>{4.0f, 0.0f}, 2);
+  // h = {25, 16}; w -= 0.1 * {4 / 5, 0 / 4}
+  EXPECT_FLOAT_EQ(h[0], 25.0f);
+  EXPECT_NEAR(w[0], 0.82f, 1e-6);  // 0.9 - 0.08
+  EXPECT_NEAR(w[1], 1.9f, 1e-6);
+
+  opt.Apply(w, h, std::vector<float>{0.0f, 3.0f}, 3);
+  // h = {25, 25}; w -= 0.1 * {0 / 5, 3 / 5}
+  EXPECT_FLOAT_EQ(h[1], 25.0f);
+  EXPECT_NEAR(w[0], 0.82f, 1e-6);
+  EXPECT_NEAR(w[1], 1.84f, 1e-6);  // 1.9 - 0.06
+}
+
+TEST(Optimizer, AdamMatchesHandComputedSteps) {
+  // b1 = 0.9, b2 = 0.999, eps = 1e-8.
+  const Optimizer opt = Make(OptimizerKind::kAdam, 0.1f);
+  ASSERT_EQ(opt.slots_per_weight(), 2);
+  std::vector<float> w = {1.0f, -1.0f, 0.5f};
+  std::vector<float> slots(6, 0.0f);  // m[0..3), v[3..6)
+
+  opt.Apply(w, slots, std::vector<float>{1.0f, -2.0f, 0.5f}, 1);
+  // m = 0.1 g = {0.1, -0.2, 0.05}; v = 0.001 g^2 = {0.001, 0.004, 0.00025}.
+  // The bias correction (1 - 0.9, 1 - 0.999) gives back g and g^2, so each
+  // weight moves by lr * g / |g| = 0.1 against its gradient's sign.
+  EXPECT_NEAR(slots[0], 0.1f, 1e-6);
+  EXPECT_NEAR(slots[1], -0.2f, 1e-6);
+  EXPECT_NEAR(slots[2], 0.05f, 1e-6);
+  EXPECT_NEAR(slots[3], 0.001f, 1e-6);
+  EXPECT_NEAR(slots[4], 0.004f, 1e-6);
+  EXPECT_NEAR(slots[5], 0.00025f, 1e-6);
+  EXPECT_NEAR(w[0], 0.9f, 1e-6);
+  EXPECT_NEAR(w[1], -0.9f, 1e-6);
+  EXPECT_NEAR(w[2], 0.4f, 1e-6);
+
+  opt.Apply(w, slots, std::vector<float>{1.0f, 1.0f, 0.0f}, 2);
+  // m = 0.9 m + 0.1 g = {0.19, -0.08, 0.045}
+  // v = 0.999 v + 0.001 g^2 = {0.001999, 0.004996, 0.00024975}
+  // c1 = 1 - 0.81 = 0.19; c2 = 1 - 0.998001 = 0.001999
+  // w0: mhat = 1, vhat = 1: 0.9 - 0.1 = 0.8
+  // w1: mhat = -0.421052632, vhat = 2.499249625 (sqrt 1.580901523):
+  //     -0.9 + 0.1 * 0.421052632 / 1.580901523 = -0.9 + 0.026633704
+  // w2: mhat = 0.236842105, vhat = 0.124937469 (sqrt 0.353464947):
+  //     0.4 - 0.1 * 0.236842105 / 0.353464947 = 0.4 - 0.067005824
+  EXPECT_NEAR(slots[0], 0.19f, 1e-6);
+  EXPECT_NEAR(slots[1], -0.08f, 1e-6);
+  EXPECT_NEAR(slots[2], 0.045f, 1e-6);
+  EXPECT_NEAR(slots[3], 0.001999f, 1e-6);
+  EXPECT_NEAR(slots[4], 0.004996f, 1e-6);
+  EXPECT_NEAR(slots[5], 0.00024975f, 1e-6);
+  EXPECT_NEAR(w[0], 0.8f, 1e-6);
+  EXPECT_NEAR(w[1], -0.873366296f, 1e-6);
+  EXPECT_NEAR(w[2], 0.332994176f, 1e-6);
+}
+
+TEST(Optimizer, LrScaleHalvesTheStep) {
+  const Optimizer opt = Make(OptimizerKind::kSgd, 0.1f);
+  std::vector<float> w = {1.0f, -1.0f};
+  std::vector<float> slots;
+  opt.Apply(w, slots, std::vector<float>{1.0f, -2.0f}, 1, 0.5f);
+  EXPECT_FLOAT_EQ(w[0], 0.95f);  // 1 - 0.05 * 1
+  EXPECT_FLOAT_EQ(w[1], -0.9f);  // -1 - 0.05 * -2
+}
+
+TEST(Optimizer, LrScaleHalvesTheMomentumStep) {
+  const Optimizer opt = Make(OptimizerKind::kMomentum, 0.1f);
+  std::vector<float> w = {1.0f};
+  std::vector<float> v = {0.0f};
+  opt.Apply(w, v, std::vector<float>{2.0f}, 1, 0.5f);
+  EXPECT_FLOAT_EQ(v[0], 2.0f);  // the slot does not see the scale
+  EXPECT_FLOAT_EQ(w[0], 0.9f);  // 1 - 0.05 * 2
+}
+
+TEST(Optimizer, ParseAcceptsEveryNameItPrints) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum,
+                             OptimizerKind::kAdaGrad, OptimizerKind::kAdam}) {
+    Result<OptimizerKind> parsed = ParseOptimizerKind(OptimizerName(kind));
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_EQ(*parsed, kind);
+  }
+}
+
+TEST(Optimizer, ParseRejectsUnknownNameNamingIt) {
+  Result<OptimizerKind> parsed = ParseOptimizerKind("foo");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(parsed.status().message().find("'foo'"), std::string::npos)
+      << parsed.status().message();
+  EXPECT_NE(parsed.status().message().find("adam"), std::string::npos)
+      << parsed.status().message();
+}
+
+}  // namespace
+}  // namespace tether

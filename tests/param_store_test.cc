@@ -1,0 +1,451 @@
+#include "server/param_store.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "server/initializer.h"
+#include "server/optimizer.h"
+
+namespace tether {
+namespace {
+
+constexpr uint64_t kSeed = 42;
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+InitSpec Normal(float stddev) {
+  return {.kind = InitSpec::Kind::kNormal, .scale = stddev};
+}
+InitSpec Uniform(float scale) {
+  return {.kind = InitSpec::Kind::kUniform, .scale = scale};
+}
+InitSpec Constant(float value) {
+  return {.kind = InitSpec::Kind::kConstant, .scale = value};
+}
+
+OptimizerOptions Opt(OptimizerKind kind, float lr = 0.01f) {
+  OptimizerOptions o;
+  o.kind = kind;
+  o.lr = lr;
+  return o;
+}
+
+// Every block of `tensor`, read in order and concatenated.
+std::vector<float> ReadAll(ParamStore& store, uint32_t tensor) {
+  const uint64_t numel = *store.TensorSize(tensor);
+  const uint64_t blocks = (numel + store.block_size() - 1) / store.block_size();
+  std::vector<float> all;
+  for (uint32_t b = 0; b < blocks; ++b) {
+    Result<std::span<const float>> block = store.ReadBlock(tensor, b);
+    EXPECT_TRUE(block.ok()) << block.status().ToString();
+    if (!block.ok()) return all;
+    all.insert(all.end(), block->begin(), block->end());
+  }
+  return all;
+}
+
+// --- NameId -----------------------------------------------------------------
+
+TEST(NameId, IsFnv1a32) {
+  // The published FNV-1a 32-bit test vectors.
+  EXPECT_EQ(NameId(""), 0x811c9dc5u);
+  EXPECT_EQ(NameId("a"), 0xe40c292cu);
+  EXPECT_EQ(NameId("foobar"), 0xbf9cf968u);
+}
+
+// --- ParamStore: dense ------------------------------------------------------
+
+TEST(ParamStore, InitialValuesIndependentOfBlockSize) {
+  ParamStore small(kSeed, 7, Opt(OptimizerKind::kSgd));
+  ParamStore large(kSeed, 64, Opt(OptimizerKind::kSgd));
+  const std::vector<uint64_t> shape = {10, 13};
+  const uint32_t a = *small.DefineTensor("w", shape, Normal(0.1f));
+  const uint32_t b = *large.DefineTensor("w", shape, Normal(0.1f));
+  ASSERT_EQ(a, b);
+
+  const std::vector<float> from_small = ReadAll(small, a);
+  const std::vector<float> from_large = ReadAll(large, b);
+  ASSERT_EQ(from_small.size(), 130u);
+  EXPECT_EQ(from_small, from_large);
+  EXPECT_NE(from_small[0], from_small[1]);
+}
+
+TEST(ParamStore, InitialValuesIndependentOfTouchOrder) {
+  ParamStore forward(kSeed, 8, Opt(OptimizerKind::kSgd));
+  ParamStore backward(kSeed, 8, Opt(OptimizerKind::kSgd));
+  const uint32_t id = *forward.DefineTensor("w", {40}, Uniform(1.0f));
+  ASSERT_TRUE(backward.DefineTensor("w", {40}, Uniform(1.0f)).ok());
+  std::vector<std::vector<float>> f(5), b(5);
+  for (uint32_t i = 0; i < 5; ++i) {
+    auto block = *forward.ReadBlock(id, i);
+    f[i].assign(block.begin(), block.end());
+  }
+  for (uint32_t i = 5; i-- > 0;) {
+    auto block = *backward.ReadBlock(id, i);
+    b[i].assign(block.begin(), block.end());
+  }
+  EXPECT_EQ(f, b);
+}
+
+TEST(ParamStore, BlockFirstTouchMatchesFillInitial) {
+  ParamStore store(kSeed, 16, Opt(OptimizerKind::kSgd));
+  const uint32_t id = *store.DefineTensor("w", {50}, Normal(1.0f));
+  std::vector<float> expected(2);
+  // Block 3 covers elements [48, 50): the short last block.
+  FillInitial(Normal(1.0f), kSeed, id, 48, expected);
+  Result<std::span<const float>> block = store.ReadBlock(id, 3);
+  ASSERT_TRUE(block.ok()) << block.status().ToString();
+  EXPECT_EQ(std::vector<float>(block->begin(), block->end()), expected);
+}
+
+TEST(ParamStore, DefineIsIdempotentAndRejectsOtherShape) {
+  ParamStore store(kSeed, 64, Opt(OptimizerKind::kSgd));
+  Result<uint32_t> first = store.DefineTensor("w", {3, 4}, Uniform(0.5f));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(*first, NameId("w"));
+  Result<uint32_t> again = store.DefineTensor("w", {3, 4}, Uniform(0.5f));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(*again, *first);
+  EXPECT_EQ(store.counts().tensors, 1u);
+
+  Result<uint32_t> other_shape = store.DefineTensor("w", {4, 3}, Uniform(0.5f));
+  ASSERT_FALSE(other_shape.ok());
+  EXPECT_EQ(other_shape.status().code(), Code::kShapeMismatch);
+  EXPECT_PRED2(Contains, other_shape.status().message(), "'w'");
+  EXPECT_PRED2(Contains, other_shape.status().message(), "[3, 4]");
+  EXPECT_PRED2(Contains, other_shape.status().message(), "[4, 3]");
+
+  Result<uint32_t> other_init = store.DefineTensor("w", {3, 4}, Normal(0.5f));
+  ASSERT_FALSE(other_init.ok());
+  EXPECT_EQ(other_init.status().code(), Code::kShapeMismatch);
+}
+
+TEST(ParamStore, TableDefineIsIdempotentAndRejectsOtherDim) {
+  ParamStore store(kSeed, 64, Opt(OptimizerKind::kSgd));
+  const uint32_t id = *store.DefineTable("emb", 8, Normal(0.1f));
+  EXPECT_EQ(id, NameId("emb"));
+  EXPECT_EQ(*store.DefineTable("emb", 8, Normal(0.1f)), id);
+  Result<uint32_t> other = store.DefineTable("emb", 16, Normal(0.1f));
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), Code::kShapeMismatch);
+  EXPECT_PRED2(Contains, other.status().message(), "'emb'");
+  EXPECT_EQ(*store.TableDim(id), 8u);
+}
+
+TEST(ParamStore, TensorAndTableCannotShareAName) {
+  ParamStore store(kSeed, 64, Opt(OptimizerKind::kSgd));
+  ASSERT_TRUE(store.DefineTensor("x", {4}, Uniform(1.0f)).ok());
+  Result<uint32_t> table = store.DefineTable("x", 4, Uniform(1.0f));
+  ASSERT_FALSE(table.ok());
+  EXPECT_EQ(table.status().code(), Code::kShapeMismatch);
+}
+
+TEST(ParamStore, DefineRejectsEmptyNameEmptyShapeZeroDimAndBadInit) {
+  ParamStore store(kSeed, 64, Opt(OptimizerKind::kSgd));
+  EXPECT_EQ(store.DefineTensor("", {4}, {}).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(store.DefineTensor("w", {}, {}).status().code(),
+            Code::kInvalidArgument);
+  Result<uint32_t> zero = store.DefineTensor("w", {3, 0}, {});
+  EXPECT_EQ(zero.status().code(), Code::kInvalidArgument);
+  EXPECT_PRED2(Contains, zero.status().message(), "[3, 0]");
+  EXPECT_EQ(store.DefineTable("", 4, {}).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(store.DefineTable("t", 0, {}).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(
+      store.DefineTensor("w", {4}, Uniform(std::nanf(""))).status().code(),
+      Code::kInvalidArgument);
+  EXPECT_EQ(store.DefineTable("t", 4, Normal(-1.0f)).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(store.DefineTensor("w", {UINT64_MAX, 2}, {}).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(store.counts().tensors, 0u);
+}
+
+TEST(ParamStore, BlockPastEndIsInvalidArgument) {
+  ParamStore store(kSeed, 7, Opt(OptimizerKind::kSgd));
+  const uint32_t id = *store.DefineTensor("w", {70}, {});  // 10 blocks
+  EXPECT_TRUE(store.ReadBlock(id, 9).ok());
+  Result<std::span<const float>> past = store.ReadBlock(id, 10);
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(past.status().message(),
+            "tensor 'w': block 10 is past the end (10 blocks)");
+  std::vector<float> grad(7, 1.0f);
+  EXPECT_EQ(store.ApplyBlock(id, 10, grad).code(), Code::kInvalidArgument);
+  EXPECT_EQ(store.counts().dense_blocks, 1u);
+}
+
+TEST(ParamStore, LastBlockIsShort) {
+  ParamStore store(kSeed, 64, Opt(OptimizerKind::kSgd));
+  const uint32_t id = *store.DefineTensor("w", {65}, {});
+  EXPECT_EQ(store.ReadBlock(id, 0)->size(), 64u);
+  EXPECT_EQ(store.ReadBlock(id, 1)->size(), 1u);
+  EXPECT_FALSE(store.ReadBlock(id, 2).ok());
+}
+
+TEST(ParamStore, UnknownTensorIsNotFound) {
+  ParamStore store(kSeed, 64, Opt(OptimizerKind::kSgd));
+  Result<std::span<const float>> read = store.ReadBlock(1234, 0);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), Code::kNotFound);
+  EXPECT_EQ(read.status().message(), "unknown tensor id 1234");
+  std::vector<float> grad(1);
+  EXPECT_EQ(store.ApplyBlock(1234, 0, grad).code(), Code::kNotFound);
+  EXPECT_EQ(store.TensorSize(1234).status().code(), Code::kNotFound);
+}
+
+TEST(ParamStore, UnknownTableIsNotFound) {
+  ParamStore store(kSeed, 64, Opt(OptimizerKind::kSgd));
+  std::vector<uint64_t> keys = {1};
+  std::vector<float> rows(4);
+  Status read = store.ReadRows(99, keys, rows);
+  EXPECT_EQ(read.code(), Code::kNotFound);
+  EXPECT_EQ(read.message(), "unknown table id 99");
+  EXPECT_EQ(store.ApplyRows(99, keys, rows).code(), Code::kNotFound);
+  EXPECT_EQ(store.TableDim(99).status().code(), Code::kNotFound);
+}
+
+TEST(ParamStore, ApplyBlockRejectsWrongGradientLength) {
+  ParamStore store(kSeed, 8, Opt(OptimizerKind::kSgd));
+  const uint32_t id = *store.DefineTensor("w", {10}, {});
+  std::vector<float> grad(8);  // block 1 holds 2 floats
+  Status s = store.ApplyBlock(id, 1, grad);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_PRED2(Contains, s.message(), "'w'");
+  EXPECT_EQ(store.counts().dense_blocks,
+            0u);  // a rejected push creates nothing
+}
+
+TEST(ParamStore, SgdPushesSumExactly) {
+  ParamStore store(kSeed, 4, Opt(OptimizerKind::kSgd, 1.0f));
+  const uint32_t id = *store.DefineTensor("w", {6}, {});  // zeros
+  // Small integers and lr = 1: every intermediate is exact in float.
+  const std::vector<std::vector<float>> pushes = {
+      {1, 2, 3, 4}, {-5, 6, 0, 7}, {100, -100, 3, 1}};
+  for (const auto& g : pushes) ASSERT_TRUE(store.ApplyBlock(id, 0, g).ok());
+  ASSERT_TRUE(store.ApplyBlock(id, 1, std::vector<float>{9, -9}).ok());
+  const std::vector<float> expected = {-96, 92, -6, -12, -9, 9};
+  EXPECT_EQ(ReadAll(store, id), expected);
+}
+
+TEST(ParamStore, StepCountIsPerBlock) {
+  // Adam's bias correction depends on the step, so block 1's first update
+  // must be a first step even after block 0 has had two.
+  const OptimizerOptions options = Opt(OptimizerKind::kAdam, 0.1f);
+  ParamStore store(kSeed, 2, options);
+  const uint32_t id = *store.DefineTensor("w", {4}, {});
+  const std::vector<float> g = {1.0f, -0.5f};
+  ASSERT_TRUE(store.ApplyBlock(id, 0, g).ok());
+  ASSERT_TRUE(store.ApplyBlock(id, 0, g).ok());
+  ASSERT_TRUE(store.ApplyBlock(id, 1, g).ok());
+
+  const Optimizer opt(options);
+  std::vector<float> w0(2, 0.0f), s0(4, 0.0f), w1(2, 0.0f), s1(4, 0.0f);
+  opt.Apply(w0, s0, g, 1);
+  opt.Apply(w0, s0, g, 2);
+  opt.Apply(w1, s1, g, 1);
+  EXPECT_EQ(std::vector<float>(store.ReadBlock(id, 0)->begin(),
+                               store.ReadBlock(id, 0)->end()),
+            w0);
+  EXPECT_EQ(std::vector<float>(store.ReadBlock(id, 1)->begin(),
+                               store.ReadBlock(id, 1)->end()),
+            w1);
+}
+
+TEST(ParamStore, CountsBytesIncludeSlots) {
+  // Momentum keeps one slot per weight: 8 bytes per float held.
+  ParamStore store(kSeed, 4, Opt(OptimizerKind::kMomentum));
+  const uint32_t w = *store.DefineTensor("w", {10}, {});
+  const uint32_t t = *store.DefineTable("t", 3, {});
+  ASSERT_TRUE(store.ReadBlock(w, 0).ok());  // 4 floats
+  ASSERT_TRUE(store.ReadBlock(w, 2).ok());  // 2 floats
+  std::vector<uint64_t> keys = {7};
+  std::vector<float> row(3);
+  ASSERT_TRUE(store.ReadRows(t, keys, row).ok());  // 3 floats
+  const ParamStore::Counts c = store.counts();
+  EXPECT_EQ(c.tensors, 2u);
+  EXPECT_EQ(c.dense_blocks, 2u);
+  EXPECT_EQ(c.sparse_rows, 1u);
+  EXPECT_EQ(c.bytes, (4u + 2u + 3u) * 2u * 4u);
+}
+
+// --- ParamStore: sparse -----------------------------------------------------
+
+TEST(ParamStore, SparseRowsCreatedOnFirstTouch) {
+  ParamStore store(kSeed, 64, Opt(OptimizerKind::kAdam));
+  const uint32_t id = *store.DefineTable("emb", 4, Normal(0.1f));
+  EXPECT_EQ(store.counts().sparse_rows, 0u);
+
+  std::vector<uint64_t> keys = {5, 9};
+  std::vector<float> out(8);
+  ASSERT_TRUE(store.ReadRows(id, keys, out).ok());
+  EXPECT_EQ(store.counts().sparse_rows, 2u);
+
+  std::vector<uint64_t> push_keys = {9, 11};
+  std::vector<float> grads(8, 0.5f);
+  ASSERT_TRUE(store.ApplyRows(id, push_keys, grads).ok());
+  EXPECT_EQ(store.counts().sparse_rows, 3u);
+
+  ASSERT_TRUE(store.ReadRows(id, keys, out).ok());
+  EXPECT_EQ(store.counts().sparse_rows, 3u);
+  // Adam: weights plus two slots, 4 bytes each.
+  EXPECT_EQ(store.counts().bytes, 3u * 4u * 3u * 4u);
+}
+
+TEST(ParamStore, SparseRowsSurviveManyChunks) {
+  // Enough rows of a wide table to span several storage chunks; each row
+  // must still read back its own initial value.
+  ParamStore store(kSeed, 64, Opt(OptimizerKind::kSgd));
+  const InitSpec init = Uniform(1.0f);
+  const uint32_t dim = 1000;
+  const uint32_t id = *store.DefineTable("wide", dim, init);
+  std::vector<uint64_t> keys(300);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 7919;
+  std::vector<float> out(keys.size() * dim);
+  ASSERT_TRUE(store.ReadRows(id, keys, out).ok());
+  std::vector<float> again(out.size());
+  ASSERT_TRUE(store.ReadRows(id, keys, again).ok());
+  EXPECT_EQ(out, again);
+  std::vector<float> expected(dim);
+  FillInitial(init, kSeed, id, keys[299] * dim, expected);
+  EXPECT_EQ(std::vector<float>(out.end() - dim, out.end()), expected);
+}
+
+TEST(ParamStore, SparseRowInitDependsOnlyOnKey) {
+  const InitSpec init = Normal(0.5f);
+  ParamStore a(kSeed, 64, Opt(OptimizerKind::kSgd));
+  ParamStore b(kSeed, 1024, Opt(OptimizerKind::kAdam));
+  const uint32_t id = *a.DefineTable("emb", 4, init);
+  ASSERT_TRUE(b.DefineTable("emb", 4, init).ok());
+
+  // Different neighbours and touch order in each store.
+  std::vector<float> scratch(12);
+  ASSERT_TRUE(a.ReadRows(id, std::vector<uint64_t>{1, 2, 3}, scratch).ok());
+  std::vector<float> from_a(4), from_b(4);
+  ASSERT_TRUE(a.ReadRows(id, std::vector<uint64_t>{42}, from_a).ok());
+  ASSERT_TRUE(b.ReadRows(id, std::vector<uint64_t>{42}, from_b).ok());
+  EXPECT_EQ(from_a, from_b);
+
+  std::vector<float> expected(4);
+  FillInitial(init, kSeed, id, 42 * 4, expected);
+  EXPECT_EQ(from_a, expected);
+
+  // Keys near 2^64 wrap instead of failing.
+  const uint64_t big = std::numeric_limits<uint64_t>::max();
+  ASSERT_TRUE(a.ReadRows(id, std::vector<uint64_t>{big}, from_a).ok());
+  FillInitial(init, kSeed, id, big * 4, expected);
+  EXPECT_EQ(from_a, expected);
+}
+
+TEST(ParamStore, RepeatedKeyIsAppliedPerOccurrence) {
+  ParamStore store(kSeed, 64, Opt(OptimizerKind::kSgd, 1.0f));
+  const uint32_t id = *store.DefineTable("t", 2, {});
+  const std::vector<uint64_t> keys = {3, 3, 4};
+  const std::vector<float> grads = {1, 10, 2, 20, 5, 5};
+  ASSERT_TRUE(store.ApplyRows(id, keys, grads).ok());
+  std::vector<float> out(4);
+  ASSERT_TRUE(store.ReadRows(id, std::vector<uint64_t>{3, 4}, out).ok());
+  EXPECT_EQ(out, (std::vector<float>{-3, -30, -5, -5}));
+  EXPECT_EQ(store.counts().sparse_rows, 2u);
+}
+
+TEST(ParamStore, RowBufferOfWrongSizeIsInvalidArgument) {
+  ParamStore store(kSeed, 64, Opt(OptimizerKind::kSgd));
+  const uint32_t id = *store.DefineTable("t", 4, {});
+  const std::vector<uint64_t> keys = {1, 2};
+  std::vector<float> short_buffer(7);
+  Status read = store.ReadRows(id, keys, short_buffer);
+  EXPECT_EQ(read.code(), Code::kInvalidArgument);
+  EXPECT_PRED2(Contains, read.message(), "'t'");
+  EXPECT_EQ(store.ApplyRows(id, keys, short_buffer).code(),
+            Code::kInvalidArgument);
+  // A rejected call creates nothing.
+  EXPECT_EQ(store.counts().sparse_rows, 0u);
+}
+
+// --- Initializer ------------------------------------------------------------
+
+TEST(Initializer, UniformWithinScaleWithMeanNearZero) {
+  const InitSpec init = Uniform(0.5f);
+  std::vector<float> v(100000);
+  FillInitial(init, kSeed, 7, 0, v);
+  double sum = 0;
+  float lo = 1, hi = -1;
+  for (float x : v) {
+    ASSERT_GE(x, -0.5f);
+    ASSERT_LT(x, 0.5f);
+    sum += x;
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  // Standard error of the mean: 0.5 / sqrt(3) / sqrt(1e5) ~= 0.0009.
+  EXPECT_NEAR(sum / v.size(), 0.0, 0.005);
+  EXPECT_LT(lo, -0.49f);
+  EXPECT_GT(hi, 0.49f);
+}
+
+TEST(Initializer, NormalStddevWithinTwoPercent) {
+  const float stddev = 0.1f;
+  std::vector<float> v(100000);
+  FillInitial(Normal(stddev), kSeed, 7, 1000, v);
+  double sum = 0, sum_sq = 0;
+  for (float x : v) {
+    sum += x;
+    sum_sq += double{x} * x;
+  }
+  const double mean = sum / v.size();
+  const double sd = std::sqrt(sum_sq / v.size() - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.002);
+  EXPECT_NEAR(sd, stddev, 0.02 * stddev);
+}
+
+TEST(Initializer, DifferentSeedsAndIdsGiveDifferentValues) {
+  const InitSpec init = Uniform(1.0f);
+  std::vector<float> base(1000), other_seed(1000), other_id(1000);
+  FillInitial(init, 1, 7, 0, base);
+  FillInitial(init, 2, 7, 0, other_seed);
+  FillInitial(init, 1, 8, 0, other_id);
+  int same_seed = 0, same_id = 0;
+  for (size_t i = 0; i < base.size(); ++i) {
+    same_seed += base[i] == other_seed[i];
+    same_id += base[i] == other_id[i];
+  }
+  // 24-bit values: a chance match is ~1 in 16 million.
+  EXPECT_LE(same_seed, 1);
+  EXPECT_LE(same_id, 1);
+}
+
+TEST(Initializer, IsPureFunction) {
+  for (const InitSpec& init : {Uniform(0.3f), Normal(2.0f)}) {
+    std::vector<float> first(500), second(500);
+    FillInitial(init, kSeed, 3, 123456789, first);
+    FillInitial(init, kSeed, 3, 123456789, second);
+    EXPECT_EQ(first, second);
+    for (size_t k = 0; k < first.size(); ++k) {
+      ASSERT_EQ(first[k], InitialValue(init, kSeed, 3, 123456789 + k));
+      ASSERT_EQ(InitialValue(init, kSeed, 3, 123456789 + k),
+                InitialValue(init, kSeed, 3, 123456789 + k));
+    }
+  }
+}
+
+TEST(Initializer, ConstantGivesTheConstantAndZerosGivesZero) {
+  std::vector<float> v(10, -1.0f);
+  FillInitial(Constant(0.25f), kSeed, 1, 5, v);
+  for (float x : v) EXPECT_EQ(x, 0.25f);
+  EXPECT_EQ(InitialValue(Constant(-3.0f), kSeed, 1, 99), -3.0f);
+  FillInitial(InitSpec{}, kSeed, 1, 5, v);
+  for (float x : v) EXPECT_EQ(x, 0.0f);
+}
+
+}  // namespace
+}  // namespace tether

@@ -1,0 +1,68 @@
+// tether-bench-pushpull: push+pull goodput of one dense tensor through a
+// running tether cluster, as an observer (pulls never wait).
+//
+//   tether-bench-pushpull --coordinator 127.0.0.1:N --floats 16777216
+//
+// Goodput counts tensor bytes moved: each round pushes the whole tensor and
+// pulls it back, 2 * 4 * floats bytes. Prints "push_pull GB/s X".
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include "schema/flags.h"
+#include "worker/client.h"
+
+int main(int argc, char** argv) {
+  std::string coordinator;
+  uint64_t floats = uint64_t{16} << 20;
+  int rounds = 5;
+  int warmup = 1;
+  tether::FlagParser p("tether-bench-pushpull", "push+pull goodput");
+  p.AddString("coordinator", &coordinator, "HOST:PORT of shard 0");
+  p.AddUint64("floats", &floats, "tensor size in floats");
+  p.AddInt("rounds", &rounds, "timed push+pull rounds");
+  p.AddInt("warmup", &warmup, "untimed rounds first");
+  if (auto s = p.Parse(argc, argv); !s.ok()) {
+    std::cerr << "tether-bench-pushpull: " << s.message() << "\n";
+    return 2;
+  }
+  tether::ClientOptions o;
+  o.coordinator = coordinator;
+  o.observer = true;
+  o.name = "bench";
+  auto client = tether::Client::Connect(o);
+  if (!client.ok()) {
+    std::cerr << "tether-bench-pushpull: " << client.status().message() << "\n";
+    return 1;
+  }
+  tether::Client& c = **client;
+  if (auto s = c.DefineTensor("bench", {floats}); !s.ok()) {
+    std::cerr << "tether-bench-pushpull: " << s.message() << "\n";
+    return 1;
+  }
+  std::vector<float> grad(floats, 1e-3f), weights(floats);
+  auto round = [&] {
+    if (auto s = c.Push("bench", grad); !s.ok()) return s;
+    return c.Pull("bench", weights);
+  };
+  for (int i = 0; i < warmup; ++i) {
+    if (auto s = round(); !s.ok()) {
+      std::cerr << "tether-bench-pushpull: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < rounds; ++i) {
+    if (auto s = round(); !s.ok()) {
+      std::cerr << "tether-bench-pushpull: " << s.message() << "\n";
+      return 1;
+    }
+  }
+  double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  double bytes = 2.0 * sizeof(float) * floats * rounds;
+  std::printf("push_pull GB/s %.3f\n", bytes / secs / 1e9);
+  return 0;
+}

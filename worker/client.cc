@@ -1,0 +1,747 @@
+#include "worker/client.h"
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+
+#include "schema/connection.h"
+#include "schema/frame.h"
+#include "schema/log.h"
+
+namespace tether {
+namespace {
+
+// Called with the reply, or with a null message and the error.
+using ReplyHandler =
+    std::function<void(const wire::Message* reply, const Status& error)>;
+
+// Completes one request that was cut into parts: `done` runs once, after
+// the last part, with the first error any part reported.
+class Fanout {
+ public:
+  Fanout(size_t parts, Client::Callback done)
+      : remaining_(parts), done_(std::move(done)) {}
+
+  void Finish(const Status& s) {
+    std::unique_lock lock(mu_);
+    if (!s.ok() && first_error_.ok()) first_error_ = s;
+    if (--remaining_ > 0) return;
+    Status result = first_error_;
+    lock.unlock();
+    done_(result);
+  }
+
+ private:
+  std::mutex mu_;
+  size_t remaining_;
+  Status first_error_;
+  Client::Callback done_;
+};
+
+uint64_t RequestIdOf(const wire::Message& m) {
+  switch (m.body_type()) {
+    case wire::Body::DefineAck: return m.body_as_DefineAck()->request_id();
+    case wire::Body::PullReply: return m.body_as_PullReply()->request_id();
+    case wire::Body::PushAck: return m.body_as_PushAck()->request_id();
+    case wire::Body::ClockAck: return m.body_as_ClockAck()->request_id();
+    case wire::Body::Heartbeat: return m.body_as_Heartbeat()->request_id();
+    case wire::Body::Stats: return m.body_as_Stats()->request_id();
+    case wire::Body::Error: return m.body_as_Error()->request_id();
+    default: return 0;  // Welcome answers the Hello, request 0
+  }
+}
+
+wire::InitKind ToWire(InitKind kind) {
+  switch (kind) {
+    case InitKind::kZeros: return wire::InitKind::Zeros;
+    case InitKind::kUniform: return wire::InitKind::Uniform;
+    case InitKind::kNormal: return wire::InitKind::Normal;
+    case InitKind::kConstant: return wire::InitKind::Constant;
+  }
+  return wire::InitKind::Zeros;
+}
+
+Status Wait(const std::function<void(Client::Callback)>& start) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  auto future = promise->get_future();
+  start([promise](const Status& s) { promise->set_value(s); });
+  return future.get();
+}
+
+struct WelcomeInfo {
+  int rank = -1;
+  int staleness = -1;
+  uint64_t seed = 0;
+  int num_shards = 0;
+  int num_workers = 0;
+  uint32_t block_size = 0;
+  std::vector<std::string> shard_addresses;
+};
+
+}  // namespace
+
+struct Client::Impl {
+  // One shard's connection and the requests waiting for its answers.
+  struct Link {
+    int shard_id = 0;
+    std::string address;
+    std::shared_ptr<Connection> conn;
+    std::mutex mu;
+    std::unordered_map<uint64_t, ReplyHandler> pending;  // guarded by mu
+    bool closed = false;                                  // guarded by mu
+    std::string Describe() const {
+      return "shard " + std::to_string(shard_id) + " at " + address;
+    }
+  };
+
+  struct TensorMeta {
+    uint32_t id = 0;
+    uint64_t size = 0;  // dense: floats; sparse: row width
+    bool sparse = false;
+  };
+
+  explicit Impl(ClientOptions o)
+      : options(std::move(o)), work(asio::make_work_guard(io)) {}
+
+  ~Impl() {
+    for (auto& link : links) {
+      if (link->conn) link->conn->Close();
+    }
+    work.reset();
+    if (thread.joinable()) thread.join();
+  }
+
+  Result<Link*> Open(int shard_id, const std::string& address);
+  Result<WelcomeInfo> Handshake(Link& link, int rank, int timeout_ms);
+  void Send(Link& link, uint64_t id, OutFrame frame, ReplyHandler handler);
+  void OnFrame(Link& link, const Frame& frame);
+  void OnClose(Link& link, const Status& why);
+  Result<TensorMeta> Lookup(const std::string& name, bool sparse);
+  void Define(const std::string& name, bool sparse,
+              const std::vector<uint64_t>& shape, uint32_t dim, Init init,
+              Callback done);
+  uint64_t NextId() { return next_id++; }
+  int ShardOf(int shard) const { return shard; }
+
+  const ClientOptions options;
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  std::thread thread;
+  std::vector<std::unique_ptr<Link>> links;
+  std::atomic<uint64_t> next_id{1};
+  WelcomeInfo welcome;
+  std::atomic<int64_t> clock{0};
+  std::atomic<int64_t> read_clock{0};
+
+  std::mutex tensors_mu;
+  std::unordered_map<std::string, TensorMeta> tensors;  // guarded
+};
+
+Result<Client::Impl::Link*> Client::Impl::Open(int shard_id,
+                                               const std::string& address) {
+  auto hp = ParseHostPort(address, "shard " + std::to_string(shard_id));
+  if (!hp.ok()) return hp.status();
+  std::string what =
+      shard_id == 0 ? "the coordinator" : "shard " + std::to_string(shard_id);
+  auto socket = ConnectWithRetry(io, *hp, what, options.connect_timeout_ms);
+  if (!socket.ok()) return socket.status();
+  auto link = std::make_unique<Link>();
+  link->shard_id = shard_id;
+  link->address = address;
+  ConnectionOptions co;
+  co.max_frame_bytes = options.max_frame_bytes;
+  link->conn = std::make_shared<Connection>(std::move(*socket), co);
+  Link* raw = link.get();
+  links.push_back(std::move(link));
+  raw->conn->Start([this, raw](Frame frame) { OnFrame(*raw, frame); },
+                   [this, raw](const Status& why) { OnClose(*raw, why); });
+  return raw;
+}
+
+Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
+                                            int timeout_ms) {
+  flatbuffers::FlatBufferBuilder fbb(256);
+  auto name = fbb.CreateString(options.name);
+  auto role = options.observer ? wire::Role::Observer : wire::Role::Worker;
+  auto hello = wire::CreateHello(fbb, kProtocolVersion, role, rank,
+                                 options.staleness, -1, 0, 0, name);
+  auto promise = std::make_shared<std::promise<Result<WelcomeInfo>>>();
+  auto future = promise->get_future();
+  std::string peer = link.Describe();
+  Send(link, 0, FinishFrame(fbb, hello),
+       [promise, peer](const wire::Message* m, const Status& error) {
+         if (m == nullptr) return promise->set_value(error);
+         const wire::Welcome* w = m->body_as_Welcome();
+         if (w == nullptr || w->config() == nullptr) {
+           return promise->set_value(
+               ProtocolError(peer + " answered Hello with " +
+                             wire::EnumNameBody(m->body_type())));
+         }
+         WelcomeInfo info;
+         info.rank = w->rank();
+         info.staleness = w->staleness();
+         info.seed = w->config()->seed();
+         info.num_shards = w->config()->num_shards();
+         info.num_workers = w->config()->num_workers();
+         info.block_size = w->config()->block_size();
+         if (w->shard_map() && w->shard_map()->shards()) {
+           for (const wire::ShardInfo* s : *w->shard_map()->shards()) {
+             info.shard_addresses.push_back(
+                 s->address() ? s->address()->str() : "");
+           }
+         }
+         promise->set_value(std::move(info));
+       });
+  if (future.wait_for(std::chrono::milliseconds(timeout_ms)) !=
+      std::future_status::ready) {
+    std::string why = link.shard_id == 0 && !options.observer
+                          ? " (are all --workers started?)"
+                          : "";
+    return Status(Code::kTimeout, "no Welcome from " + peer + " after " +
+                                      std::to_string(timeout_ms / 1000) +
+                                      " s" + why);
+  }
+  return future.get();
+}
+
+void Client::Impl::Send(Link& link, uint64_t id, OutFrame frame,
+                        ReplyHandler handler) {
+  {
+    std::lock_guard lock(link.mu);
+    if (!link.closed) {
+      link.pending.emplace(id, std::move(handler));
+      handler = nullptr;
+    }
+  }
+  if (handler) {
+    return handler(nullptr,
+                   Unavailable(link.Describe() + ": connection is closed"));
+  }
+  link.conn->Send(std::move(frame));
+}
+
+void Client::Impl::OnFrame(Link& link, const Frame& frame) {
+  const wire::Message& m = *frame.message();
+  uint64_t id = RequestIdOf(m);
+  ReplyHandler handler;
+  {
+    std::lock_guard lock(link.mu);
+    auto it = link.pending.find(id);
+    if (it != link.pending.end()) {
+      handler = std::move(it->second);
+      link.pending.erase(it);
+    }
+  }
+  if (!handler) {
+    if (const wire::Error* e = m.body_as_Error()) {
+      TETHER_LOG(kWarning) << StatusFromError(*e, link.Describe()).message();
+    } else {
+      TETHER_LOG(kWarning) << link.Describe() << " sent an unexpected "
+                           << wire::EnumNameBody(m.body_type());
+    }
+    return;
+  }
+  if (const wire::Error* e = m.body_as_Error()) {
+    return handler(nullptr, StatusFromError(*e, link.Describe()));
+  }
+  handler(&m, Status::Ok());
+}
+
+void Client::Impl::OnClose(Link& link, const Status& why) {
+  std::unordered_map<uint64_t, ReplyHandler> pending;
+  {
+    std::lock_guard lock(link.mu);
+    link.closed = true;
+    pending.swap(link.pending);
+  }
+  Status error = Unavailable(link.Describe() + " closed the connection" +
+                             (why.ok() ? "" : ": " + why.message()));
+  for (auto& [id, handler] : pending) handler(nullptr, error);
+}
+
+Result<Client::Impl::TensorMeta> Client::Impl::Lookup(const std::string& name,
+                                                      bool sparse) {
+  std::lock_guard lock(tensors_mu);
+  auto it = tensors.find(name);
+  if (it == tensors.end() || it->second.sparse != sparse) {
+    return NotFound(std::string(sparse ? "table '" : "tensor '") + name +
+                    "' is not defined by this client (call Define" +
+                    (sparse ? "Table" : "Tensor") + " first)");
+  }
+  return it->second;
+}
+
+void Client::Impl::Define(const std::string& name, bool sparse,
+                          const std::vector<uint64_t>& shape, uint32_t dim,
+                          Init init, Callback done) {
+  uint64_t size = 1;
+  for (uint64_t d : shape) size *= d;
+  auto id = std::make_shared<std::atomic<uint32_t>>(0);
+  auto fanout = std::make_shared<Fanout>(
+      links.size(), [this, name, sparse, size, dim, id,
+                     done = std::move(done)](const Status& s) {
+        if (s.ok()) {
+          std::lock_guard lock(tensors_mu);
+          tensors[name] = {id->load(), sparse ? dim : size, sparse};
+        }
+        done(s);
+      });
+  for (auto& link : links) {
+    uint64_t request = NextId();
+    flatbuffers::FlatBufferBuilder fbb(256);
+    auto name_offset = fbb.CreateString(name);
+    auto init_offset = wire::CreateInitSpec(fbb, ToWire(init.kind), init.scale);
+    OutFrame frame =
+        sparse ? FinishFrame(fbb, wire::CreateDefineTable(fbb, request,
+                                                          name_offset, dim,
+                                                          init_offset))
+               : FinishFrame(fbb, wire::CreateDefineTensor(
+                                      fbb, request, name_offset,
+                                      fbb.CreateVector(shape), init_offset));
+    Send(*link, request, std::move(frame),
+         [fanout, id](const wire::Message* m, const Status& error) {
+           if (m == nullptr) return fanout->Finish(error);
+           const wire::DefineAck* ack = m->body_as_DefineAck();
+           if (ack == nullptr) {
+             return fanout->Finish(ProtocolError("Define answered with " +
+                                                 std::string(wire::EnumNameBody(
+                                                     m->body_type()))));
+           }
+           id->store(ack->id());
+           fanout->Finish(Status::Ok());
+         });
+  }
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  if (options.coordinator.empty()) {
+    return InvalidArgument("coordinator: no address given");
+  }
+  if (options.chunk_bytes < 1024) {
+    return InvalidArgument("chunk_bytes: must be at least 1024");
+  }
+  auto impl = std::make_unique<Impl>(std::move(options));
+  Impl& c = *impl;
+  c.thread = std::thread([&c] { c.io.run(); });
+  auto coordinator = c.Open(0, c.options.coordinator);
+  if (!coordinator.ok()) return coordinator.status();
+  auto welcome = c.Handshake(**coordinator, c.options.observer ? -1 : c.options.rank,
+                             c.options.join_timeout_ms);
+  if (!welcome.ok()) return welcome.status();
+  c.welcome = *welcome;
+  if (static_cast<int>(c.welcome.shard_addresses.size()) !=
+      c.welcome.num_shards) {
+    return ProtocolError("the coordinator's Welcome lists " +
+                         std::to_string(c.welcome.shard_addresses.size()) +
+                         " shards, expected " +
+                         std::to_string(c.welcome.num_shards));
+  }
+  for (int i = 1; i < c.welcome.num_shards; ++i) {
+    auto link = c.Open(i, c.welcome.shard_addresses[i]);
+    if (!link.ok()) return link.status();
+    auto w = c.Handshake(**link, c.welcome.rank, c.options.connect_timeout_ms);
+    if (!w.ok()) return w.status();
+  }
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+int Client::rank() const { return impl_->welcome.rank; }
+int Client::staleness() const { return impl_->welcome.staleness; }
+int Client::num_shards() const { return impl_->welcome.num_shards; }
+int Client::num_workers() const { return impl_->welcome.num_workers; }
+uint64_t Client::seed() const { return impl_->welcome.seed; }
+uint32_t Client::block_size() const { return impl_->welcome.block_size; }
+int64_t Client::clock() const { return impl_->clock; }
+
+void Client::DefineTensorAsync(const std::string& name,
+                               const std::vector<uint64_t>& shape, Init init,
+                               Callback done) {
+  impl_->Define(name, false, shape, 0, init, std::move(done));
+}
+
+Status Client::DefineTensor(const std::string& name,
+                            const std::vector<uint64_t>& shape, Init init) {
+  return Wait([&](Callback cb) { DefineTensorAsync(name, shape, init, cb); });
+}
+
+void Client::DefineTableAsync(const std::string& name, uint32_t dim, Init init,
+                              Callback done) {
+  impl_->Define(name, true, {}, dim, init, std::move(done));
+}
+
+Status Client::DefineTable(const std::string& name, uint32_t dim, Init init) {
+  return Wait([&](Callback cb) { DefineTableAsync(name, dim, init, cb); });
+}
+
+namespace {
+
+// Dense blocks grouped per shard and cut into frames of at most
+// `per_frame` blocks: the unit every dense request is sent in.
+Result<std::vector<std::pair<int, std::vector<uint32_t>>>> CutBlocks(
+    const Slicer& slicer, uint32_t tensor, uint64_t size, uint32_t block_size,
+    int num_shards, size_t chunk_bytes) {
+  uint64_t num_blocks = (size + block_size - 1) / block_size;
+  std::vector<std::vector<uint32_t>> by_shard(num_shards);
+  for (uint64_t b = 0; b < num_blocks; ++b) {
+    int shard = slicer.dense(tensor, static_cast<uint32_t>(b), num_shards);
+    if (shard < 0 || shard >= num_shards) {
+      return InvalidArgument("slicer put block " + std::to_string(b) +
+                             " on shard " + std::to_string(shard) +
+                             ", outside 0.." + std::to_string(num_shards - 1));
+    }
+    by_shard[shard].push_back(static_cast<uint32_t>(b));
+  }
+  size_t per_frame =
+      std::max<size_t>(1, chunk_bytes / (size_t{block_size} * sizeof(float)));
+  std::vector<std::pair<int, std::vector<uint32_t>>> parts;
+  for (int s = 0; s < num_shards; ++s) {
+    for (size_t i = 0; i < by_shard[s].size(); i += per_frame) {
+      size_t end = std::min(by_shard[s].size(), i + per_frame);
+      parts.emplace_back(s, std::vector<uint32_t>(by_shard[s].begin() + i,
+                                                  by_shard[s].begin() + end));
+    }
+  }
+  return parts;
+}
+
+// Sparse keys grouped per shard (with their positions in the request) and
+// cut into frames of at most `per_frame` keys.
+struct KeyPart {
+  int shard = 0;
+  std::vector<uint64_t> keys;
+  std::vector<size_t> positions;
+};
+
+Result<std::vector<KeyPart>> CutKeys(const Slicer& slicer, uint32_t table,
+                                     std::span<const uint64_t> keys,
+                                     uint32_t dim, int num_shards,
+                                     size_t chunk_bytes) {
+  std::vector<KeyPart> by_shard(num_shards);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    int shard = slicer.sparse(table, keys[i], num_shards);
+    if (shard < 0 || shard >= num_shards) {
+      return InvalidArgument("slicer put key " + std::to_string(keys[i]) +
+                             " on shard " + std::to_string(shard));
+    }
+    by_shard[shard].shard = shard;
+    by_shard[shard].keys.push_back(keys[i]);
+    by_shard[shard].positions.push_back(i);
+  }
+  size_t per_frame =
+      std::max<size_t>(1, chunk_bytes / (size_t{dim} * sizeof(float) + 8));
+  std::vector<KeyPart> parts;
+  for (KeyPart& whole : by_shard) {
+    for (size_t i = 0; i < whole.keys.size(); i += per_frame) {
+      size_t end = std::min(whole.keys.size(), i + per_frame);
+      KeyPart part;
+      part.shard = whole.shard;
+      part.keys.assign(whole.keys.begin() + i, whole.keys.begin() + end);
+      part.positions.assign(whole.positions.begin() + i,
+                            whole.positions.begin() + end);
+      parts.push_back(std::move(part));
+    }
+  }
+  return parts;
+}
+
+}  // namespace
+
+void Client::PullAsync(const std::string& name, std::span<float> out,
+                       Callback done) {
+  Impl& c = *impl_;
+  auto meta = c.Lookup(name, false);
+  if (!meta.ok()) return done(meta.status());
+  if (out.size() != meta->size) {
+    return done(InvalidArgument("pull of '" + name + "': buffer holds " +
+                                std::to_string(out.size()) +
+                                " floats, the tensor " +
+                                std::to_string(meta->size)));
+  }
+  const uint32_t bs = c.welcome.block_size;
+  auto parts = CutBlocks(c.options.slicer, meta->id, meta->size, bs,
+                         c.welcome.num_shards, c.options.chunk_bytes);
+  if (!parts.ok()) return done(parts.status());
+  c.read_clock = c.clock.load();
+  auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
+  const uint64_t size = meta->size;
+  for (auto& [shard, blocks] : *parts) {
+    uint64_t request = c.NextId();
+    flatbuffers::FlatBufferBuilder fbb(64 + blocks.size() * 4);
+    auto blocks_offset = fbb.CreateVector(blocks);
+    OutFrame frame = FinishFrame(
+        fbb, wire::CreatePull(fbb, request, meta->id, blocks_offset));
+    c.Send(*c.links[shard], request, std::move(frame),
+           [fanout, out, bs, size](const wire::Message* m, const Status& e) {
+             if (m == nullptr) return fanout->Finish(e);
+             const wire::PullReply* reply = m->body_as_PullReply();
+             if (reply == nullptr || reply->blocks() == nullptr) {
+               return fanout->Finish(ProtocolError("pull answered without blocks"));
+             }
+             for (const wire::Block* block : *reply->blocks()) {
+               uint64_t first = uint64_t{block->index()} * bs;
+               uint64_t n = block->values() ? block->values()->size() : 0;
+               if (first >= size || n != std::min<uint64_t>(bs, size - first)) {
+                 return fanout->Finish(ProtocolError(
+                     "pull reply block " + std::to_string(block->index()) +
+                     " does not fit the tensor"));
+               }
+               std::memcpy(out.data() + first, block->values()->data(),
+                           n * sizeof(float));
+             }
+             fanout->Finish(Status::Ok());
+           });
+  }
+}
+
+Status Client::Pull(const std::string& name, std::span<float> out) {
+  return Wait([&](Callback cb) { PullAsync(name, out, cb); });
+}
+
+void Client::PushAsync(const std::string& name, std::span<const float> grad,
+                       Callback done) {
+  Impl& c = *impl_;
+  auto meta = c.Lookup(name, false);
+  if (!meta.ok()) return done(meta.status());
+  if (grad.size() != meta->size) {
+    return done(InvalidArgument("push to '" + name + "': gradient holds " +
+                                std::to_string(grad.size()) +
+                                " floats, the tensor " +
+                                std::to_string(meta->size)));
+  }
+  const uint32_t bs = c.welcome.block_size;
+  auto parts = CutBlocks(c.options.slicer, meta->id, meta->size, bs,
+                         c.welcome.num_shards, c.options.chunk_bytes);
+  if (!parts.ok()) return done(parts.status());
+  int64_t read_clock = c.options.observer ? -1 : c.read_clock.load();
+  auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
+  for (auto& [shard, blocks] : *parts) {
+    uint64_t request = c.NextId();
+    flatbuffers::FlatBufferBuilder fbb(256 + blocks.size() * (bs * 4 + 32));
+    std::vector<flatbuffers::Offset<wire::Block>> out;
+    out.reserve(blocks.size());
+    for (uint32_t b : blocks) {
+      uint64_t first = uint64_t{b} * bs;
+      uint64_t n = std::min<uint64_t>(bs, meta->size - first);
+      auto values = fbb.CreateVector(grad.data() + first, n);
+      out.push_back(wire::CreateBlock(fbb, b, values));
+    }
+    auto blocks_offset = fbb.CreateVector(out);
+    wire::PushBuilder pb(fbb);
+    pb.add_request_id(request);
+    pb.add_tensor(meta->id);
+    pb.add_read_clock(read_clock);
+    pb.add_blocks(blocks_offset);
+    OutFrame frame = FinishFrame(fbb, pb.Finish());
+    c.Send(*c.links[shard], request, std::move(frame),
+           [this, fanout](const wire::Message* m, const Status& e) {
+             if (m == nullptr) return fanout->Finish(e);
+             if (const wire::PushAck* ack = m->body_as_PushAck()) {
+               int64_t s = ack->staleness();
+               int64_t seen = max_push_staleness_.load();
+               while (s > seen &&
+                      !max_push_staleness_.compare_exchange_weak(seen, s)) {
+               }
+               return fanout->Finish(Status::Ok());
+             }
+             fanout->Finish(ProtocolError("push answered with " +
+                                          std::string(wire::EnumNameBody(
+                                              m->body_type()))));
+           });
+  }
+}
+
+Status Client::Push(const std::string& name, std::span<const float> grad) {
+  return Wait([&](Callback cb) { PushAsync(name, grad, cb); });
+}
+
+void Client::PullRowsAsync(const std::string& table,
+                           std::span<const uint64_t> keys,
+                           std::span<float> out, Callback done) {
+  Impl& c = *impl_;
+  auto meta = c.Lookup(table, true);
+  if (!meta.ok()) return done(meta.status());
+  const uint64_t dim = meta->size;
+  if (out.size() != keys.size() * dim) {
+    return done(InvalidArgument(
+        "pull of rows of '" + table + "': buffer holds " +
+        std::to_string(out.size()) + " floats, need " +
+        std::to_string(keys.size() * dim)));
+  }
+  if (keys.empty()) return done(Status::Ok());
+  auto parts = CutKeys(c.options.slicer, meta->id, keys,
+                       static_cast<uint32_t>(dim), c.welcome.num_shards,
+                       c.options.chunk_bytes);
+  if (!parts.ok()) return done(parts.status());
+  c.read_clock = c.clock.load();
+  auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
+  for (KeyPart& part : *parts) {
+    uint64_t request = c.NextId();
+    flatbuffers::FlatBufferBuilder fbb(64 + part.keys.size() * 8);
+    auto keys_offset = fbb.CreateVector(part.keys);
+    wire::PullBuilder pb(fbb);
+    pb.add_request_id(request);
+    pb.add_tensor(meta->id);
+    pb.add_keys(keys_offset);
+    pb.add_sparse(true);
+    OutFrame frame = FinishFrame(fbb, pb.Finish());
+    c.Send(*c.links[part.shard], request, std::move(frame),
+           [fanout, out, dim, positions = std::move(part.positions)](
+               const wire::Message* m, const Status& e) {
+             if (m == nullptr) return fanout->Finish(e);
+             const wire::PullReply* reply = m->body_as_PullReply();
+             if (reply == nullptr || reply->rows() == nullptr ||
+                 reply->rows()->size() != positions.size() * dim) {
+               return fanout->Finish(
+                   ProtocolError("row pull answered with the wrong rows"));
+             }
+             const float* rows = reply->rows()->data();
+             for (size_t i = 0; i < positions.size(); ++i) {
+               std::memcpy(out.data() + positions[i] * dim, rows + i * dim,
+                           dim * sizeof(float));
+             }
+             fanout->Finish(Status::Ok());
+           });
+  }
+}
+
+Status Client::PullRows(const std::string& table,
+                        std::span<const uint64_t> keys, std::span<float> out) {
+  return Wait([&](Callback cb) { PullRowsAsync(table, keys, out, cb); });
+}
+
+void Client::PushRowsAsync(const std::string& table,
+                           std::span<const uint64_t> keys,
+                           std::span<const float> grads, Callback done) {
+  Impl& c = *impl_;
+  auto meta = c.Lookup(table, true);
+  if (!meta.ok()) return done(meta.status());
+  const uint64_t dim = meta->size;
+  if (grads.size() != keys.size() * dim) {
+    return done(InvalidArgument(
+        "push of rows to '" + table + "': gradient holds " +
+        std::to_string(grads.size()) + " floats, need " +
+        std::to_string(keys.size() * dim)));
+  }
+  if (keys.empty()) return done(Status::Ok());
+  auto parts = CutKeys(c.options.slicer, meta->id, keys,
+                       static_cast<uint32_t>(dim), c.welcome.num_shards,
+                       c.options.chunk_bytes);
+  if (!parts.ok()) return done(parts.status());
+  int64_t read_clock = c.options.observer ? -1 : c.read_clock.load();
+  auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
+  for (KeyPart& part : *parts) {
+    uint64_t request = c.NextId();
+    size_t n = part.keys.size() * dim;
+    flatbuffers::FlatBufferBuilder fbb(256 + part.keys.size() * 8 + n * 4);
+    auto keys_offset = fbb.CreateVector(part.keys);
+    float* rows = nullptr;
+    auto rows_offset = fbb.CreateUninitializedVector(n, &rows);
+    for (size_t i = 0; i < part.positions.size(); ++i) {
+      std::memcpy(rows + i * dim, grads.data() + part.positions[i] * dim,
+                  dim * sizeof(float));
+    }
+    wire::PushBuilder pb(fbb);
+    pb.add_request_id(request);
+    pb.add_tensor(meta->id);
+    pb.add_read_clock(read_clock);
+    pb.add_keys(keys_offset);
+    pb.add_rows(rows_offset);
+    pb.add_sparse(true);
+    OutFrame frame = FinishFrame(fbb, pb.Finish());
+    c.Send(*c.links[part.shard], request, std::move(frame),
+           [fanout](const wire::Message* m, const Status& e) {
+             if (m == nullptr) return fanout->Finish(e);
+             fanout->Finish(m->body_as_PushAck() != nullptr
+                                ? Status::Ok()
+                                : ProtocolError("row push not acknowledged"));
+           });
+  }
+}
+
+Status Client::PushRows(const std::string& table,
+                        std::span<const uint64_t> keys,
+                        std::span<const float> grads) {
+  return Wait([&](Callback cb) { PushRowsAsync(table, keys, grads, cb); });
+}
+
+void Client::ClockAsync(Callback done) {
+  Impl& c = *impl_;
+  if (c.options.observer) {
+    return done(ProtocolError("observers have no clock"));
+  }
+  int64_t clock = ++c.clock;
+  auto fanout = std::make_shared<Fanout>(c.links.size(), std::move(done));
+  for (auto& link : c.links) {
+    uint64_t request = c.NextId();
+    flatbuffers::FlatBufferBuilder fbb(64);
+    OutFrame frame = FinishFrame(fbb, wire::CreateClock(fbb, request, clock));
+    c.Send(*link, request, std::move(frame),
+           [fanout](const wire::Message* m, const Status& e) {
+             if (m == nullptr) return fanout->Finish(e);
+             fanout->Finish(m->body_as_ClockAck() != nullptr
+                                ? Status::Ok()
+                                : ProtocolError("clock not acknowledged"));
+           });
+  }
+}
+
+Status Client::Clock() {
+  return Wait([&](Callback cb) { ClockAsync(cb); });
+}
+
+Result<std::vector<ShardStats>> Client::Stats() {
+  Impl& c = *impl_;
+  auto stats = std::make_shared<std::vector<ShardStats>>(c.links.size());
+  Status s = Wait([&](Callback cb) {
+    auto fanout = std::make_shared<Fanout>(c.links.size(), std::move(cb));
+    for (size_t i = 0; i < c.links.size(); ++i) {
+      uint64_t request = c.NextId();
+      flatbuffers::FlatBufferBuilder fbb(64);
+      OutFrame frame =
+          FinishFrame(fbb, wire::CreateStatsRequest(fbb, request));
+      c.Send(*c.links[i], request, std::move(frame),
+             [fanout, stats, i](const wire::Message* m, const Status& e) {
+               if (m == nullptr) return fanout->Finish(e);
+               const wire::Stats* r = m->body_as_Stats();
+               if (r == nullptr) {
+                 return fanout->Finish(ProtocolError("stats not answered"));
+               }
+               ShardStats& out = (*stats)[i];
+               out.shard_id = r->shard_id();
+               out.tensors = r->tensors();
+               out.dense_blocks = r->dense_blocks();
+               out.sparse_rows = r->sparse_rows();
+               out.bytes = r->bytes();
+               out.pushes = r->pushes();
+               out.pulls = r->pulls();
+               out.rejected_pushes = r->rejected_pushes();
+               out.waiting_pulls = r->waiting_pulls();
+               out.bytes_in = r->bytes_in();
+               out.bytes_out = r->bytes_out();
+               out.min_clock = r->min_clock();
+               if (r->workers()) {
+                 for (const wire::WorkerStat* w : *r->workers()) {
+                   out.workers.push_back(
+                       {w->rank(), w->clock(), w->staleness(), w->connected()});
+                 }
+               }
+               if (r->staleness_histogram()) {
+                 out.staleness_histogram.assign(
+                     r->staleness_histogram()->begin(),
+                     r->staleness_histogram()->end());
+               }
+               fanout->Finish(Status::Ok());
+             });
+    }
+  });
+  if (!s.ok()) return s;
+  return std::move(*stats);
+}
+
+}  // namespace tether

@@ -1,0 +1,169 @@
+// tether's client library: what a worker (or any training loop) links to
+// push gradients to and pull parameters from a sharded tether server.
+//
+//   ClientOptions o;
+//   o.coordinator = "127.0.0.1:7070";
+//   o.staleness = 3;
+//   auto client = Client::Connect(o);          // blocks until training starts
+//   if (!client.ok()) { ... client.status().message() ... }
+//   (*client)->DefineTensor("w", {784, 10}, {InitKind::kUniform, 0.05f});
+//   (*client)->Pull("w", weights);             // waits for the slowest worker
+//   (*client)->Push("w", gradient);
+//   (*client)->Clock();
+//
+// Connect() talks to the coordinator (shard 0), which hands out a rank, the
+// run settings and the shard map, then opens one connection per shard.
+// Every request is cut per shard by the Slicer (and into chunks of at most
+// `chunk_bytes`), sent at once, and completes when every part has answered.
+//
+// Each operation has an asynchronous form taking a callback, which runs on
+// the client's I/O thread (keep it short; never call a blocking form from
+// it), and a blocking form returning the Status. Buffers passed to an
+// asynchronous call must stay valid until its callback has run.
+//
+// Thread-safe: requests may be issued from several threads. A worker's
+// Clock() is ordered after every Push issued before it by the same thread,
+// on every shard.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "schema/status.h"
+#include "worker/slicer.h"
+
+namespace tether {
+
+enum class InitKind { kZeros, kUniform, kNormal, kConstant };
+
+// How a tensor's or table's values start: kUniform in [-scale, scale),
+// kNormal with standard deviation `scale`, kConstant equal to `scale`.
+// Values are a pure function of the run seed, the name and the index.
+struct Init {
+  InitKind kind = InitKind::kZeros;
+  float scale = 0.0f;
+};
+
+struct ClientOptions {
+  std::string coordinator;  // HOST:PORT of shard 0 (required)
+  // Observers (tools, tests) read and write parameters but hold no rank and
+  // no clock; their pulls never wait.
+  bool observer = false;
+  int rank = -1;       // worker rank to claim; -1: the coordinator picks
+  int staleness = 0;   // SSP bound: 0 is BSP, -1 fully asynchronous
+  std::string name;    // shown in shard logs
+  size_t max_frame_bytes = size_t{64} << 20;
+  size_t chunk_bytes = size_t{4} << 20;  // payload per request frame
+  int connect_timeout_ms = 10000;  // per shard, retrying refused connects
+  int join_timeout_ms = 600000;    // for the coordinator's Welcome
+  Slicer slicer = DefaultSlicer();
+};
+
+// One shard's counters, as Stats() returns them.
+struct ShardStats {
+  struct Worker {
+    int rank = 0;
+    int64_t clock = 0;
+    int staleness = 0;  // the bound the shard enforces; -1 none
+    bool connected = false;
+  };
+  int shard_id = 0;
+  uint32_t tensors = 0;
+  uint64_t dense_blocks = 0;
+  uint64_t sparse_rows = 0;
+  uint64_t bytes = 0;
+  uint64_t pushes = 0;
+  uint64_t pulls = 0;
+  uint64_t rejected_pushes = 0;
+  uint64_t waiting_pulls = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  int64_t min_clock = 0;
+  std::vector<Worker> workers;
+  std::vector<uint64_t> staleness_histogram;
+};
+
+class Client {
+ public:
+  using Callback = std::function<void(const Status&)>;
+
+  // Connects to the coordinator, waits for the Welcome (workers: until
+  // every worker has joined), then connects to every shard. kUnavailable
+  // names the address that could not be reached; an Error from a shard
+  // (rank taken, version mismatch) comes back with its message.
+  static Result<std::unique_ptr<Client>> Connect(ClientOptions options);
+  // Closes every connection; requests still pending fail with kUnavailable.
+  ~Client();
+
+  int rank() const;           // -1 for observers
+  int staleness() const;      // the bound the shards enforce
+  int num_shards() const;
+  int num_workers() const;
+  uint64_t seed() const;      // the run seed
+  uint32_t block_size() const;
+  int64_t clock() const;      // completed Clock() calls
+
+  // Defines a dense tensor of `shape` on every shard. Idempotent; workers
+  // may all define the same tensors. kShapeMismatch if it exists otherwise.
+  void DefineTensorAsync(const std::string& name,
+                         const std::vector<uint64_t>& shape, Init init,
+                         Callback done);
+  Status DefineTensor(const std::string& name,
+                      const std::vector<uint64_t>& shape, Init init = {});
+  // Defines a sparse table of rows of `dim` floats, created on first touch.
+  void DefineTableAsync(const std::string& name, uint32_t dim, Init init,
+                        Callback done);
+  Status DefineTable(const std::string& name, uint32_t dim, Init init = {});
+
+  // Fills `out` (exactly the tensor's size) with its current values. For a
+  // worker at clock c with bound s, completes once every live worker has
+  // reached clock c - s.
+  void PullAsync(const std::string& name, std::span<float> out, Callback done);
+  Status Pull(const std::string& name, std::span<float> out);
+  // Sends a gradient (exactly the tensor's size) to be applied by the
+  // shards' optimizer. It is tagged with the clock of this client's last
+  // pull, so shards know its staleness; kStalePush if a shard rejects it.
+  void PushAsync(const std::string& name, std::span<const float> grad,
+                 Callback done);
+  Status Push(const std::string& name, std::span<const float> grad);
+
+  // Sparse rows: `out` / `grads` hold keys.size() * dim floats, row after
+  // row in key order. Keys may repeat.
+  void PullRowsAsync(const std::string& table,
+                     std::span<const uint64_t> keys, std::span<float> out,
+                     Callback done);
+  Status PullRows(const std::string& table, std::span<const uint64_t> keys,
+                  std::span<float> out);
+  void PushRowsAsync(const std::string& table,
+                     std::span<const uint64_t> keys,
+                     std::span<const float> grads, Callback done);
+  Status PushRows(const std::string& table, std::span<const uint64_t> keys,
+                  std::span<const float> grads);
+
+  // Ends this worker's current iteration on every shard (after the pushes
+  // issued before it). Workers only.
+  void ClockAsync(Callback done);
+  Status Clock();
+
+  // Every shard's counters, by shard id.
+  Result<std::vector<ShardStats>> Stats();
+
+  // Largest staleness any shard reported for this client's pushes.
+  int64_t max_push_staleness() const { return max_push_staleness_; }
+
+  struct Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::atomic<int64_t> max_push_staleness_{0};
+};
+
+}  // namespace tether
