@@ -1,14 +1,13 @@
 #include "schema/connection.h"
 
-#include <chrono>
-#include <thread>
-
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <chrono>
+#include <thread>
 
 #include "schema/log.h"
 
@@ -24,8 +23,7 @@ std::string PeerOf(const tcp::socket& socket) {
 
 bool IsNormalEnding(const boost::system::error_code& ec) {
   return ec == asio::error::eof || ec == asio::error::operation_aborted ||
-         ec == asio::error::connection_reset ||
-         ec == asio::error::broken_pipe;
+         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
 }
 
 }  // namespace
@@ -42,13 +40,13 @@ Connection::Connection(tcp::socket socket, ConnectionOptions options)
 Connection::~Connection() = default;
 
 void Connection::Start(FrameHandler on_frame, CloseHandler on_close) {
-  asio::dispatch(strand_, [self = shared_from_this(),
-                           on_frame = std::move(on_frame),
-                           on_close = std::move(on_close)]() mutable {
-    self->on_frame_ = std::move(on_frame);
-    self->on_close_ = std::move(on_close);
-    self->DoReadHeader();
-  });
+  asio::dispatch(strand_,
+                 [self = shared_from_this(), on_frame = std::move(on_frame),
+                  on_close = std::move(on_close)]() mutable {
+                   self->on_frame_ = std::move(on_frame);
+                   self->on_close_ = std::move(on_close);
+                   self->DoReadHeader();
+                 });
 }
 
 void Connection::DoReadHeader() {
@@ -77,20 +75,19 @@ void Connection::OnReadHeader(const boost::system::error_code& ec, size_t n) {
   auto length = ParseFrameHeader(header_, options_.max_frame_bytes);
   if (!length.ok()) return FailRead(length.status());
   incoming_ = Frame(*length);
-  asio::async_read(
-      socket_, asio::buffer(incoming_.body(), incoming_.body_size()),
-      asio::bind_executor(strand_,
-                          [self = shared_from_this()](auto ec, size_t n) {
-                            self->OnReadBody(ec, n);
-                          }));
+  asio::async_read(socket_,
+                   asio::buffer(incoming_.body(), incoming_.body_size()),
+                   asio::bind_executor(
+                       strand_, [self = shared_from_this()](auto ec, size_t n) {
+                         self->OnReadBody(ec, n);
+                       }));
 }
 
 void Connection::OnReadBody(const boost::system::error_code& ec, size_t n) {
   if (ec) {
     if (ec == asio::error::eof) {
       return FailRead(BadFrame("truncated frame: got " + std::to_string(n) +
-                               " of " +
-                               std::to_string(incoming_.body_size()) +
+                               " of " + std::to_string(incoming_.body_size()) +
                                " bytes"));
     }
     return Shutdown(IsNormalEnding(ec) ? Status::Ok()
@@ -122,30 +119,29 @@ void Connection::FailRead(const Status& why) {
 }
 
 void Connection::Send(OutFrame frame) {
-  asio::dispatch(strand_, [self = shared_from_this(),
-                           frame = std::move(frame)]() mutable {
-    if (self->closed_ || self->close_after_write_) return;
-    self->queued_bytes_ += frame->size();
-    self->queue_.push_back(std::move(frame));
-    if (!self->writing_) self->DoWrite();
-  });
+  asio::dispatch(
+      strand_, [self = shared_from_this(), frame = std::move(frame)]() mutable {
+        if (self->closed_ || self->close_after_write_) return;
+        self->queued_bytes_ += frame->size();
+        self->queue_.push_back(std::move(frame));
+        if (!self->writing_) self->DoWrite();
+      });
 }
 
 void Connection::SendAndClose(OutFrame frame) {
-  asio::dispatch(strand_, [self = shared_from_this(),
-                           frame = std::move(frame)]() mutable {
-    if (self->closed_ || self->close_after_write_) return;
-    self->queued_bytes_ += frame->size();
-    self->queue_.push_back(std::move(frame));
-    self->close_after_write_ = true;
-    if (!self->writing_) self->DoWrite();
-  });
+  asio::dispatch(
+      strand_, [self = shared_from_this(), frame = std::move(frame)]() mutable {
+        if (self->closed_ || self->close_after_write_) return;
+        self->queued_bytes_ += frame->size();
+        self->queue_.push_back(std::move(frame));
+        self->close_after_write_ = true;
+        if (!self->writing_) self->DoWrite();
+      });
 }
 
 void Connection::Close() {
-  asio::dispatch(strand_, [self = shared_from_this()] {
-    self->Shutdown(Status::Ok());
-  });
+  asio::dispatch(strand_,
+                 [self = shared_from_this()] { self->Shutdown(Status::Ok()); });
 }
 
 void Connection::DoWrite() {
@@ -156,12 +152,11 @@ void Connection::DoWrite() {
   }
   writing_ = true;
   const OutFrame& front = queue_.front();
-  asio::async_write(
-      socket_, asio::buffer(front->data(), front->size()),
-      asio::bind_executor(strand_,
-                          [self = shared_from_this()](auto ec, size_t n) {
-                            self->OnWrite(ec, n);
-                          }));
+  asio::async_write(socket_, asio::buffer(front->data(), front->size()),
+                    asio::bind_executor(strand_, [self = shared_from_this()](
+                                                     auto ec, size_t n) {
+                      self->OnWrite(ec, n);
+                    }));
 }
 
 void Connection::OnWrite(const boost::system::error_code& ec, size_t n) {
@@ -203,8 +198,8 @@ void Connection::Shutdown(const Status& why) {
 Result<tcp::socket> ConnectWithRetry(asio::io_context& io,
                                      const HostPort& address,
                                      const std::string& what, int timeout_ms) {
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(timeout_ms);
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   tcp::resolver resolver(io);
   std::string last_error;
   while (true) {

@@ -1,7 +1,7 @@
 #include "schema/flags.h"
 
-#include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -9,23 +9,23 @@ namespace tether {
 namespace {
 
 template <typename T>
-Status ParseInteger(const std::string& name, const std::string& text,
-                    T* out) {
+Status ParseInteger(const std::string& name, const std::string& text, T* out) {
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, *out);
   if (ec != std::errc() || ptr != end || text.empty()) {
-    return InvalidArgument("--" + name + ": expected an integer, got '" +
-                           text + "'");
+    return InvalidArgument("--" + name + ": expected an integer, got '" + text +
+                           "'");
   }
   return Status::Ok();
 }
 
 Status ParseReal(const std::string& name, const std::string& text,
                  double* out) {
-  errno = 0;
   char* end = nullptr;
   *out = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno != 0) {
+  // Underflow to a denormal is fine; overflow, inf and nan are not.
+  if (text.empty() || end != text.c_str() + text.size() ||
+      !std::isfinite(*out)) {
     return InvalidArgument("--" + name + ": expected a number, got '" + text +
                            "'");
   }
@@ -56,8 +56,14 @@ Result<HostPort> ParseHostPort(const std::string& text, const std::string& what,
   }
   HostPort hp;
   hp.host = text.substr(0, colon);
-  if (hp.host.size() >= 2 && hp.host.front() == '[' && hp.host.back() == ']') {
+  if (hp.host.front() == '[') {
+    if (hp.host.size() < 3 || hp.host.back() != ']') {
+      return InvalidArgument(what + ": bad host in '" + text + "'");
+    }
     hp.host = hp.host.substr(1, hp.host.size() - 2);
+  } else if (hp.host.find_first_of(":[]") != std::string::npos) {
+    return InvalidArgument(what + ": bad host in '" + text +
+                           "' (write IPv6 addresses as [ADDR]:PORT)");
   }
   std::string port_text = text.substr(colon + 1);
   int port = -1;
@@ -65,8 +71,8 @@ Result<HostPort> ParseHostPort(const std::string& text, const std::string& what,
   auto [ptr, ec] = std::from_chars(port_text.data(), end, port);
   if (ec != std::errc() || ptr != end || port < 0 || port > 65535 ||
       (port == 0 && !allow_zero_port)) {
-    return InvalidArgument(what + ": bad port '" + port_text + "' in '" +
-                           text + "'");
+    return InvalidArgument(what + ": bad port '" + port_text + "' in '" + text +
+                           "'");
   }
   hp.port = static_cast<uint16_t>(port);
   return hp;
@@ -123,6 +129,10 @@ void FlagParser::AddFloat(const std::string& name, float* target,
        [name, target](const std::string& v) {
          double d = 0;
          TETHER_RETURN_IF_ERROR(ParseReal(name, v, &d));
+         if (!std::isfinite(static_cast<float>(d))) {
+           return InvalidArgument("--" + name + ": " + v +
+                                  " is out of range for a float");
+         }
          *target = static_cast<float>(d);
          return Status::Ok();
        }});
@@ -147,7 +157,11 @@ void FlagParser::AddBool(const std::string& name, bool* target,
 Status FlagParser::Parse(int argc, const char* const* argv) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0 || arg == "--") {
+    if (arg == "--") {  // everything after is positional
+      for (++i; i < argc; ++i) positional_.push_back(argv[i]);
+      break;
+    }
+    if (arg.rfind("--", 0) != 0) {
       positional_.push_back(arg);
       continue;
     }
@@ -172,7 +186,7 @@ Status FlagParser::Parse(int argc, const char* const* argv) {
                              " --help)");
     }
     if (!has_value && !flag->is_bool) {
-      if (i + 1 >= argc) {
+      if (i + 1 >= argc || std::string(argv[i + 1]).rfind("--", 0) == 0) {
         return InvalidArgument("--" + name + ": missing value");
       }
       value = argv[++i];

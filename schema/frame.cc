@@ -5,8 +5,8 @@
 namespace tether {
 
 Frame::Frame(uint32_t body_size)
-    : bytes_(std::make_unique_for_overwrite<uint8_t[]>(kFrameHeaderBytes +
-                                                      body_size)),
+    : bytes_(BufferPool::Default().Allocate(kFrameHeaderBytes + body_size),
+             Release{kFrameHeaderBytes + body_size}),
       size_(kFrameHeaderBytes + body_size) {
   for (size_t i = 0; i < kFrameHeaderBytes; ++i) {
     bytes_[i] = static_cast<uint8_t>(body_size >> (8 * i));
@@ -14,14 +14,13 @@ Frame::Frame(uint32_t body_size)
 }
 
 Status Frame::Verify() const {
-  if (body_size() < kMinFrameBodyBytes) {
+  if (bytes_ == nullptr || body_size() < kMinFrameBodyBytes) {
     return BadFrame("frame body of " + std::to_string(body_size()) +
                     " bytes is too short to hold a message");
   }
   if (!wire::SizePrefixedMessageBufferHasIdentifier(bytes_.get())) {
-    std::string got(reinterpret_cast<const char*>(bytes_.get()) +
-                        kFrameHeaderBytes + 4,
-                    4);
+    std::string got(
+        reinterpret_cast<const char*>(bytes_.get()) + kFrameHeaderBytes + 4, 4);
     for (char& c : got) {
       if (c < 32 || c > 126) c = '?';
     }
@@ -46,10 +45,10 @@ Result<uint32_t> ParseFrameHeader(const uint8_t header[kFrameHeaderBytes],
     n |= static_cast<uint32_t>(header[i]) << (8 * i);
   }
   if (n > max_frame_bytes) {
-    return Status(Code::kFrameTooLarge,
-                  "frame of " + std::to_string(n) +
-                      " bytes exceeds the limit of " +
-                      std::to_string(max_frame_bytes) + " bytes");
+    return Status(Code::kFrameTooLarge, "frame of " + std::to_string(n) +
+                                            " bytes exceeds the limit of " +
+                                            std::to_string(max_frame_bytes) +
+                                            " bytes");
   }
   if (n < kMinFrameBodyBytes) {
     return BadFrame("frame length " + std::to_string(n) +
@@ -67,43 +66,80 @@ OutFrame FinishFrame(flatbuffers::FlatBufferBuilder& fbb, wire::Body type,
 
 wire::ErrorCode ToWireCode(Code code) {
   switch (code) {
-    case Code::kOk: return wire::ErrorCode::None;
-    case Code::kBadFrame: return wire::ErrorCode::BadFrame;
-    case Code::kFrameTooLarge: return wire::ErrorCode::FrameTooLarge;
-    case Code::kVersionMismatch: return wire::ErrorCode::VersionMismatch;
-    case Code::kProtocol: return wire::ErrorCode::HelloRequired;
-    case Code::kInvalidArgument: return wire::ErrorCode::BadRequest;
-    case Code::kNotFound: return wire::ErrorCode::UnknownTensor;
-    case Code::kShapeMismatch: return wire::ErrorCode::ShapeMismatch;
-    case Code::kStalePush: return wire::ErrorCode::StalePush;
-    case Code::kUnavailable: return wire::ErrorCode::Unavailable;
-    default: return wire::ErrorCode::Internal;
+    case Code::kOk:
+      return wire::ErrorCode::None;
+    case Code::kBadFrame:
+      return wire::ErrorCode::BadFrame;
+    case Code::kFrameTooLarge:
+      return wire::ErrorCode::FrameTooLarge;
+    case Code::kVersionMismatch:
+      return wire::ErrorCode::VersionMismatch;
+    case Code::kProtocol:
+      return wire::ErrorCode::Protocol;
+    case Code::kTimeout:
+      return wire::ErrorCode::Timeout;
+    case Code::kIoError:
+      return wire::ErrorCode::IoError;
+    case Code::kInvalidArgument:
+      return wire::ErrorCode::BadRequest;
+    case Code::kNotFound:
+      return wire::ErrorCode::UnknownTensor;
+    case Code::kShapeMismatch:
+      return wire::ErrorCode::ShapeMismatch;
+    case Code::kStalePush:
+      return wire::ErrorCode::StalePush;
+    case Code::kUnavailable:
+      return wire::ErrorCode::Unavailable;
+    default:
+      return wire::ErrorCode::Internal;
   }
 }
 
 Code FromWireCode(wire::ErrorCode code) {
   switch (code) {
-    case wire::ErrorCode::None: return Code::kOk;
-    case wire::ErrorCode::BadFrame: return Code::kBadFrame;
-    case wire::ErrorCode::FrameTooLarge: return Code::kFrameTooLarge;
-    case wire::ErrorCode::VersionMismatch: return Code::kVersionMismatch;
-    case wire::ErrorCode::HelloRequired: return Code::kProtocol;
-    case wire::ErrorCode::AuthFailed: return Code::kProtocol;
-    case wire::ErrorCode::BadRequest: return Code::kInvalidArgument;
-    case wire::ErrorCode::UnknownTensor: return Code::kNotFound;
-    case wire::ErrorCode::ShapeMismatch: return Code::kShapeMismatch;
-    case wire::ErrorCode::StalePush: return Code::kStalePush;
-    case wire::ErrorCode::Unavailable: return Code::kUnavailable;
-    default: return Code::kInternal;
+    case wire::ErrorCode::None:
+      return Code::kOk;
+    case wire::ErrorCode::BadFrame:
+      return Code::kBadFrame;
+    case wire::ErrorCode::FrameTooLarge:
+      return Code::kFrameTooLarge;
+    case wire::ErrorCode::VersionMismatch:
+      return Code::kVersionMismatch;
+    case wire::ErrorCode::HelloRequired:
+      return Code::kProtocol;
+    case wire::ErrorCode::AuthFailed:
+      return Code::kProtocol;
+    case wire::ErrorCode::Protocol:
+      return Code::kProtocol;
+    case wire::ErrorCode::Timeout:
+      return Code::kTimeout;
+    case wire::ErrorCode::IoError:
+      return Code::kIoError;
+    case wire::ErrorCode::BadRequest:
+      return Code::kInvalidArgument;
+    case wire::ErrorCode::UnknownTensor:
+      return Code::kNotFound;
+    case wire::ErrorCode::ShapeMismatch:
+      return Code::kShapeMismatch;
+    case wire::ErrorCode::StalePush:
+      return Code::kStalePush;
+    case wire::ErrorCode::Unavailable:
+      return Code::kUnavailable;
+    default:
+      return Code::kInternal;
   }
 }
 
 OutFrame MakeErrorFrame(uint64_t request_id, const Status& status) {
-  flatbuffers::FlatBufferBuilder fbb(256 + status.message().size());
-  auto message = fbb.CreateString(status.message());
-  auto error =
-      wire::CreateError(fbb, request_id, ToWireCode(status.code()), message);
-  return FinishFrame(fbb, error);
+  return MakeErrorFrame(request_id, ToWireCode(status.code()),
+                        status.message());
+}
+
+OutFrame MakeErrorFrame(uint64_t request_id, wire::ErrorCode code,
+                        const std::string& message) {
+  flatbuffers::FlatBufferBuilder fbb(256 + message.size());
+  auto text = fbb.CreateString(message);
+  return FinishFrame(fbb, wire::CreateError(fbb, request_id, code, text));
 }
 
 Status StatusFromError(const wire::Error& error, const std::string& peer) {

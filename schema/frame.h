@@ -11,6 +11,7 @@
 #include <string>
 
 #include "flatbuffers/flatbuffers.h"
+#include "schema/buffer_pool.h"
 #include "schema/status.h"
 #include "schema/tether_generated.h"
 
@@ -33,7 +34,9 @@ class Frame {
   uint8_t* body() { return bytes_.get() + kFrameHeaderBytes; }
   const uint8_t* data() const { return bytes_.get(); }
   size_t size() const { return size_; }  // header + body
-  size_t body_size() const { return size_ - kFrameHeaderBytes; }
+  size_t body_size() const {
+    return size_ < kFrameHeaderBytes ? 0 : size_ - kFrameHeaderBytes;
+  }
 
   // Valid only after Verify() returned OK.
   const wire::Message* message() const {
@@ -45,13 +48,26 @@ class Frame {
   Status Verify() const;
 
  private:
-  std::unique_ptr<uint8_t[]> bytes_;
+  struct Release {
+    size_t size;  // no initializer: keeps Release default-constructible here
+    void operator()(uint8_t* p) const {
+      BufferPool::Default().Release(p, size);
+    }
+  };
+  std::unique_ptr<uint8_t[], Release> bytes_;
   size_t size_ = 0;
 };
 
 // Parses a header; kFrameTooLarge or kBadFrame when it cannot start a frame.
 Result<uint32_t> ParseFrameHeader(const uint8_t header[kFrameHeaderBytes],
                                   size_t max_frame_bytes);
+
+// A builder for an outgoing frame of about `expected_bytes`; large ones draw
+// their buffer from the BufferPool.
+inline flatbuffers::FlatBufferBuilder MakeBuilder(size_t expected_bytes) {
+  return flatbuffers::FlatBufferBuilder(expected_bytes,
+                                        &PooledAllocator::Instance());
+}
 
 // An outgoing frame, immutable once built, shared by every send of it.
 using OutFrame = std::shared_ptr<const flatbuffers::DetachedBuffer>;
@@ -72,6 +88,9 @@ Code FromWireCode(wire::ErrorCode code);
 
 // An Error frame carrying `status`, tied to `request_id` (0 for none).
 OutFrame MakeErrorFrame(uint64_t request_id, const Status& status);
+// The same with a wire code more specific than the Status code maps to.
+OutFrame MakeErrorFrame(uint64_t request_id, wire::ErrorCode code,
+                        const std::string& message);
 
 // The Status an Error message carries, prefixed by `peer`.
 Status StatusFromError(const wire::Error& error, const std::string& peer);

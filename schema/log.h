@@ -32,7 +32,7 @@ class LogMessage {
 
 }  // namespace tether
 
-#define TETHER_LOG(level)                                       \
-  if (!::tether::LogEnabled(::tether::LogLevel::level)) {      \
-  } else                                                        \
+#define TETHER_LOG(level)                                 \
+  if (!::tether::LogEnabled(::tether::LogLevel::level)) { \
+  } else                                                  \
     ::tether::internal::LogMessage(::tether::LogLevel::level).stream()

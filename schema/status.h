@@ -16,15 +16,15 @@ namespace tether {
 
 enum class Code {
   kOk = 0,
-  kInvalidArgument,   // a bad flag, option or API argument
-  kBadFrame,          // malformed bytes from the network
+  kInvalidArgument,  // a bad flag, option or API argument
+  kBadFrame,         // malformed bytes from the network
   kFrameTooLarge,
   kVersionMismatch,
-  kProtocol,          // a well-formed message out of place
-  kNotFound,          // unknown tensor, table, file
+  kProtocol,  // a well-formed message out of place
+  kNotFound,  // unknown tensor, table, file
   kShapeMismatch,
   kStalePush,
-  kUnavailable,       // peer unreachable, connection closed, shutting down
+  kUnavailable,  // peer unreachable, connection closed, shutting down
   kTimeout,
   kIoError,
   kInternal,
@@ -62,12 +62,18 @@ inline Status InvalidArgument(std::string m) {
 inline Status Unavailable(std::string m) {
   return {Code::kUnavailable, std::move(m)};
 }
-inline Status BadFrame(std::string m) { return {Code::kBadFrame, std::move(m)}; }
+inline Status BadFrame(std::string m) {
+  return {Code::kBadFrame, std::move(m)};
+}
 inline Status ProtocolError(std::string m) {
   return {Code::kProtocol, std::move(m)};
 }
-inline Status NotFound(std::string m) { return {Code::kNotFound, std::move(m)}; }
-inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+inline Status NotFound(std::string m) {
+  return {Code::kNotFound, std::move(m)};
+}
+inline Status Internal(std::string m) {
+  return {Code::kInternal, std::move(m)};
+}
 
 // A value or an error. Constructing from an OK Status is a programming error.
 template <typename T>
@@ -97,8 +103,8 @@ class [[nodiscard]] Result {
 }  // namespace tether
 
 // Returns from the enclosing function when `expr` (a Status) is not OK.
-#define TETHER_RETURN_IF_ERROR(expr)         \
-  do {                                       \
-    ::tether::Status tether_status_ = (expr); \
+#define TETHER_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::tether::Status tether_status_ = (expr);        \
     if (!tether_status_.ok()) return tether_status_; \
   } while (0)

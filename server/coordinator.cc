@@ -43,8 +43,8 @@ void Coordinator::RegisterShard(int shard_id, const std::string& address,
     error = hp.status();
   }
   if (!error.ok()) {
-    TETHER_LOG(kWarning) << "refused shard registration from "
-                         << conn->peer() << ": " << error.message();
+    TETHER_LOG(kWarning) << "refused shard registration from " << conn->peer()
+                         << ": " << error.message();
     return conn->SendAndClose(MakeErrorFrame(0, error));
   }
   shard_addresses_[shard_id] = address;
@@ -113,8 +113,7 @@ void Coordinator::JoinObserver(const std::shared_ptr<Connection>& conn) {
 void Coordinator::ReleaseLocked() {
   if (!MapComplete()) return;
   // The first start needs every worker; later joiners (restarts) go at once.
-  bool workers_may_start =
-      started_ || JoinedWorkers() == settings_.num_workers;
+  bool workers_may_start = started_ || JoinedWorkers() == settings_.num_workers;
   if (workers_may_start && !started_ && settings_.num_workers > 0) {
     started_ = true;
     TETHER_LOG(kInfo) << "all " << settings_.num_workers
@@ -138,8 +137,8 @@ OutFrame Coordinator::MakeWelcome(int rank, int staleness) const {
   if (MapComplete()) {
     std::vector<flatbuffers::Offset<wire::ShardInfo>> shards;
     for (int i = 0; i < settings_.num_shards; ++i) {
-      shards.push_back(wire::CreateShardInfo(
-          fbb, i, fbb.CreateString(shard_addresses_[i])));
+      shards.push_back(
+          wire::CreateShardInfo(fbb, i, fbb.CreateString(shard_addresses_[i])));
     }
     map = wire::CreateShardMap(fbb, fbb.CreateVector(shards));
   }

@@ -62,7 +62,7 @@ class Coordinator {
   std::vector<const Connection*> shard_conns_;
   std::vector<const Connection*> worker_conns_;  // by rank; null when free
   std::vector<Waiting> waiting_;  // hello'd peers not yet welcomed
-  bool started_ = false;  // every worker has been welcomed once
+  bool started_ = false;          // every worker has been welcomed once
 };
 
 }  // namespace tether

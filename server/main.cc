@@ -17,9 +17,9 @@ int main(int argc, char** argv) {
     std::cerr << "tether-server: " << options.status().message() << "\n";
     return 2;
   }
-  tether::InitLogging("shard " + std::to_string(options->shard_id),
-                      options->verbose ? tether::LogLevel::kDebug
-                                       : tether::LogLevel::kInfo);
+  tether::InitLogging(
+      "shard " + std::to_string(options->shard_id),
+      options->verbose ? tether::LogLevel::kDebug : tether::LogLevel::kInfo);
   tether::Server server(*options);
   if (tether::Status s = server.Start(); !s.ok()) {
     std::cerr << "tether-server: " << s.message() << "\n";

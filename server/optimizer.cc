@@ -49,8 +49,8 @@ void Optimizer::Apply(std::span<float> weights, std::span<float> slots,
   assert(grad.size() == n);
   assert(slots.size() == static_cast<size_t>(slots_per_weight()) * n);
   const float lr = options_.lr * lr_scale;
-  float* w = weights.data();
-  const float* g = grad.data();
+  float* __restrict w = weights.data();
+  const float* __restrict g = grad.data();
 
   switch (options_.kind) {
     case OptimizerKind::kSgd:
@@ -59,7 +59,7 @@ void Optimizer::Apply(std::span<float> weights, std::span<float> slots,
 
     case OptimizerKind::kMomentum: {
       const float mu = options_.momentum;
-      float* v = slots.data();
+      float* __restrict v = slots.data();
       for (size_t i = 0; i < n; ++i) {
         v[i] = mu * v[i] + g[i];
         w[i] -= lr * v[i];
@@ -69,7 +69,7 @@ void Optimizer::Apply(std::span<float> weights, std::span<float> slots,
 
     case OptimizerKind::kAdaGrad: {
       const float eps = options_.epsilon;
-      float* h = slots.data();
+      float* __restrict h = slots.data();
       for (size_t i = 0; i < n; ++i) {
         h[i] += g[i] * g[i];
         w[i] -= lr * g[i] / (std::sqrt(h[i]) + eps);
@@ -88,8 +88,8 @@ void Optimizer::Apply(std::span<float> weights, std::span<float> slots,
       // digits in float; the per-element work stays in float.
       const float c1 = static_cast<float>(1.0 - std::pow(double{b1}, t));
       const float c2 = static_cast<float>(1.0 - std::pow(double{b2}, t));
-      float* m = slots.data();
-      float* v = slots.data() + n;
+      float* __restrict m = slots.data();
+      float* __restrict v = slots.data() + n;
       for (size_t i = 0; i < n; ++i) {
         m[i] = b1 * m[i] + (1.0f - b1) * g[i];
         v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];

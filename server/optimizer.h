@@ -22,11 +22,11 @@ const char* OptimizerName(OptimizerKind kind);
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
-  float lr = 0.01f;        // learning rate
-  float momentum = 0.9f;   // momentum: v = momentum * v + g
-  float beta1 = 0.9f;      // adam
-  float beta2 = 0.999f;    // adam
-  float epsilon = 1e-8f;   // adagrad, adam
+  float lr = 0.01f;       // learning rate
+  float momentum = 0.9f;  // momentum: v = momentum * v + g
+  float beta1 = 0.9f;     // adam
+  float beta2 = 0.999f;   // adam
+  float epsilon = 1e-8f;  // adagrad, adam
 };
 
 class Optimizer {

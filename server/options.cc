@@ -11,8 +11,10 @@ constexpr const char* kSummary =
 
 // The flags other shards take from the coordinator instead.
 constexpr const char* kRunWide[] = {
-    "workers", "max-staleness", "reject-staleness", "block-size", "seed",
-    "optimizer", "lr", "momentum", "beta1", "beta2", "epsilon"};
+    "workers",    "max-staleness", "reject-staleness",
+    "block-size", "seed",          "optimizer",
+    "lr",         "momentum",      "beta1",
+    "beta2",      "epsilon"};
 
 // Binds every flag to its field; shared by parsing and usage.
 void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {

@@ -12,22 +12,22 @@
 namespace tether {
 
 struct ServerOptions {
-  int shard_id = 0;                      // --shard-id: 0 is the coordinator
-  int shards = 1;                        // --shards: shards in the run
-  std::string listen = "127.0.0.1:7070"; // --listen: port 0 picks a free one
-  std::string advertise;                 // --advertise: address workers dial
-  std::string coordinator;               // --coordinator: shard 0 (shards > 0)
-  std::string data_dir;                  // --data-dir: checkpoints (later)
-  int workers = 1;                       // --workers: workers to wait for
-  int max_staleness = -1;                // --max-staleness: cap, -1 none
-  int reject_staleness = -1;             // --reject-staleness: -1 never
-  int block_size = 65536;                // --block-size: floats per block
-  uint64_t seed = 1;                     // --seed: the run seed
-  OptimizerOptions optimizer;            // --optimizer --lr --momentum ...
-  int threads = 2;                       // --threads: I/O threads
+  int shard_id = 0;                       // --shard-id: 0 is the coordinator
+  int shards = 1;                         // --shards: shards in the run
+  std::string listen = "127.0.0.1:7070";  // --listen: port 0 picks a free one
+  std::string advertise;                  // --advertise: address workers dial
+  std::string coordinator;                // --coordinator: shard 0 (shards > 0)
+  std::string data_dir;                   // --data-dir: checkpoints (later)
+  int workers = 1;                        // --workers: workers to wait for
+  int max_staleness = -1;                 // --max-staleness: cap, -1 none
+  int reject_staleness = -1;              // --reject-staleness: -1 never
+  int block_size = 65536;                 // --block-size: floats per block
+  uint64_t seed = 1;                      // --seed: the run seed
+  OptimizerOptions optimizer;             // --optimizer --lr --momentum ...
+  int threads = 2;                        // --threads: I/O threads
   uint64_t max_frame_bytes = uint64_t{64} << 20;  // --max-frame-bytes
-  int connect_timeout_ms = 10000;        // --connect-timeout-ms
-  bool verbose = false;                  // --verbose: debug logging
+  int connect_timeout_ms = 10000;                 // --connect-timeout-ms
+  bool verbose = false;                           // --verbose: debug logging
 };
 
 // The usage text (every flag, its meaning and default).

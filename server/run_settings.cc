@@ -19,11 +19,11 @@ RunSettings SettingsFromOptions(const ServerOptions& options) {
 flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
     flatbuffers::FlatBufferBuilder& fbb, const RunSettings& s) {
   auto optimizer = fbb.CreateString(OptimizerName(s.optimizer.kind));
-  return wire::CreateRunConfig(
-      fbb, s.seed, s.num_shards, s.num_workers, s.max_staleness,
-      s.reject_staleness, s.block_size, optimizer, s.optimizer.lr,
-      s.optimizer.momentum, s.optimizer.beta1, s.optimizer.beta2,
-      s.optimizer.epsilon);
+  return wire::CreateRunConfig(fbb, s.seed, s.num_shards, s.num_workers,
+                               s.max_staleness, s.reject_staleness,
+                               s.block_size, optimizer, s.optimizer.lr,
+                               s.optimizer.momentum, s.optimizer.beta1,
+                               s.optimizer.beta2, s.optimizer.epsilon);
 }
 
 Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {

@@ -1,9 +1,8 @@
 #include "server/server.h"
 
+#include <boost/asio/post.hpp>
 #include <chrono>
 #include <future>
-
-#include <boost/asio/post.hpp>
 
 #include "schema/log.h"
 
@@ -34,8 +33,7 @@ Status Server::Bind() {
     auto results =
         resolver.resolve(listen->host, std::to_string(listen->port), ec);
     if (ec || results.empty()) {
-      return InvalidArgument("--listen: cannot resolve '" + listen->host +
-                             "'");
+      return InvalidArgument("--listen: cannot resolve '" + listen->host + "'");
     }
     address = results.begin()->endpoint().address();
   }
@@ -87,16 +85,18 @@ Status Server::RegisterWithCoordinator() {
   auto socket = ConnectWithRetry(io_, *coordinator, "the coordinator",
                                  options_.connect_timeout_ms);
   if (!socket.ok()) return socket.status().WithContext("--coordinator");
-  coordinator_link_ = std::make_shared<Connection>(std::move(*socket),
-                                                   connection_options_);
+  coordinator_link_ =
+      std::make_shared<Connection>(std::move(*socket), connection_options_);
   auto answer = std::make_shared<std::promise<Result<RunSettings>>>();
   auto answered = std::make_shared<std::atomic<bool>>(false);
+  auto welcomed = std::make_shared<std::atomic<bool>>(false);
   const std::string peer = "coordinator " + options_.coordinator;
   coordinator_link_->Start(
-      [answer, answered, peer](Frame frame) {
+      [answer, answered, welcomed, peer](Frame frame) {
         const wire::Message& m = *frame.message();
         if (answered->exchange(true)) return;
         if (auto* welcome = m.body_as_Welcome()) {
+          welcomed->store(true);
           answer->set_value(ReadRunConfig(welcome->config()));
         } else if (auto* error = m.body_as_Error()) {
           answer->set_value(StatusFromError(*error, peer));
@@ -105,11 +105,12 @@ Status Server::RegisterWithCoordinator() {
                                           wire::EnumNameBody(m.body_type())));
         }
       },
-      [answer, answered, peer, this](const Status& why) {
+      [answer, answered, welcomed, peer, this](const Status& why) {
         if (!answered->exchange(true)) {
-          answer->set_value(Unavailable(peer + " closed the connection" +
-                                        (why.ok() ? "" : ": " + why.message())));
-        } else if (!stopping_) {
+          answer->set_value(
+              Unavailable(peer + " closed the connection" +
+                          (why.ok() ? "" : ": " + why.message())));
+        } else if (*welcomed && !stopping_) {
           TETHER_LOG(kWarning) << "lost the " << peer;
         }
       });
@@ -120,9 +121,8 @@ Status Server::RegisterWithCoordinator() {
                                  0, options_.shard_id, address, 0, name);
   coordinator_link_->Send(FinishFrame(fbb, hello));
   auto future = answer->get_future();
-  if (future.wait_for(std::chrono::milliseconds(
-          std::max(options_.connect_timeout_ms, 1000))) !=
-      std::future_status::ready) {
+  if (future.wait_for(std::chrono::milliseconds(std::max(
+          options_.connect_timeout_ms, 1000))) != std::future_status::ready) {
     return Status(Code::kTimeout, peer + " did not answer Hello");
   }
   Result<RunSettings> settings = future.get();
@@ -152,9 +152,9 @@ void Server::OnAccept(const boost::system::error_code& ec, tcp::socket socket) {
     // one connection only.
     TETHER_LOG(kWarning) << "accept failed: " << ec.message();
   } else {
-    auto session = std::make_shared<Session>(
-        std::move(socket), connection_options_, shard_.get(),
-        coordinator_.get());
+    auto session =
+        std::make_shared<Session>(std::move(socket), connection_options_,
+                                  shard_.get(), coordinator_.get());
     {
       std::lock_guard lock(sessions_mu_);
       std::erase_if(sessions_, [](auto& w) { return w.expired(); });

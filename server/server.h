@@ -8,16 +8,15 @@
 #pragma once
 
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/signal_set.hpp>
 
 #include "schema/connection.h"
 #include "server/coordinator.h"
@@ -59,7 +58,7 @@ class Server {
   ConnectionOptions connection_options_;
 
   std::unique_ptr<Shard> shard_;
-  std::unique_ptr<Coordinator> coordinator_;  // shard 0 only
+  std::unique_ptr<Coordinator> coordinator_;      // shard 0 only
   std::shared_ptr<Connection> coordinator_link_;  // shards > 0
 
   std::mutex sessions_mu_;

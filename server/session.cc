@@ -25,9 +25,12 @@ void Session::OnFrame(Frame frame) {
   const wire::Message& message = *frame.message();
   if (!hello_done_) {
     if (message.body_type() != wire::Body::Hello) {
-      return Refuse(ProtocolError(
+      std::string why =
           std::string("expected Hello as the first message, got ") +
-          wire::EnumNameBody(message.body_type())));
+          wire::EnumNameBody(message.body_type());
+      TETHER_LOG(kWarning) << "refusing " << conn_->peer() << ": " << why;
+      return conn_->SendAndClose(
+          MakeErrorFrame(0, wire::ErrorCode::HelloRequired, why));
     }
     return OnHello(*message.body_as_Hello());
   }
@@ -38,8 +41,7 @@ void Session::OnFrame(Frame frame) {
 }
 
 void Session::Refuse(const Status& why) {
-  TETHER_LOG(kWarning) << "refusing " << conn_->peer() << ": "
-                       << why.message();
+  TETHER_LOG(kWarning) << "refusing " << conn_->peer() << ": " << why.message();
   conn_->SendAndClose(MakeErrorFrame(0, why));
 }
 
@@ -92,9 +94,8 @@ void Session::OnHello(const wire::Hello& hello) {
       if (coordinator_ != nullptr) return coordinator_->JoinObserver(conn_);
       return conn_->Send(MakeWelcome(-1, -1));
     default:
-      return Refuse(InvalidArgument("unknown role " +
-                                    std::to_string(static_cast<int>(
-                                        hello.role()))));
+      return Refuse(InvalidArgument(
+          "unknown role " + std::to_string(static_cast<int>(hello.role()))));
   }
 }
 
@@ -117,7 +118,8 @@ void Session::OnClosed(const Status& why) {
   if (!hello_done_) return;
   if (peer_.role == wire::Role::Worker) {
     shard_->SetWorkerConnected(peer_.rank, false, peer_.staleness);
-    if (coordinator_ != nullptr) coordinator_->WorkerLeft(peer_.rank, conn_.get());
+    if (coordinator_ != nullptr)
+      coordinator_->WorkerLeft(peer_.rank, conn_.get());
   } else if (peer_.role == wire::Role::Shard && coordinator_ != nullptr) {
     coordinator_->ShardLeft(peer_.rank, conn_.get());
   }

@@ -12,13 +12,20 @@ InitSpec ToInitSpec(const wire::InitSpec* spec) {
   InitSpec init;
   if (spec == nullptr) return init;
   switch (spec->kind()) {
-    case wire::InitKind::Zeros: init.kind = InitSpec::Kind::kZeros; break;
-    case wire::InitKind::Uniform: init.kind = InitSpec::Kind::kUniform; break;
-    case wire::InitKind::Normal: init.kind = InitSpec::Kind::kNormal; break;
+    case wire::InitKind::Zeros:
+      init.kind = InitSpec::Kind::kZeros;
+      break;
+    case wire::InitKind::Uniform:
+      init.kind = InitSpec::Kind::kUniform;
+      break;
+    case wire::InitKind::Normal:
+      init.kind = InitSpec::Kind::kNormal;
+      break;
     case wire::InitKind::Constant:
       init.kind = InitSpec::Kind::kConstant;
       break;
-    default: init.kind = InitSpec::Kind::kZeros;
+    default:
+      init.kind = InitSpec::Kind::kZeros;
   }
   init.scale = spec->scale();
   return init;
@@ -52,8 +59,10 @@ void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
       return OnDefineTensor(*message.body_as_DefineTensor(), *conn);
     case wire::Body::DefineTable:
       return OnDefineTable(*message.body_as_DefineTable(), *conn);
-    case wire::Body::Pull: return OnPull(peer, *message.body_as_Pull(), conn);
-    case wire::Body::Push: return OnPush(peer, *message.body_as_Push(), *conn);
+    case wire::Body::Pull:
+      return OnPull(peer, *message.body_as_Pull(), conn);
+    case wire::Body::Push:
+      return OnPush(peer, *message.body_as_Push(), *conn);
     case wire::Body::Clock:
       return OnClock(peer, *message.body_as_Clock(), *conn);
     case wire::Body::Heartbeat: {
@@ -63,7 +72,8 @@ void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
           fbb, wire::CreateHeartbeat(fbb, hb->request_id(), hb->unix_ms())));
     }
     case wire::Body::StatsRequest:
-      return conn->Send(MakeStats(message.body_as_StatsRequest()->request_id()));
+      return conn->Send(
+          MakeStats(message.body_as_StatsRequest()->request_id()));
     default:
       return conn->Send(MakeErrorFrame(
           0, ProtocolError(std::string("unexpected message ") +
@@ -112,21 +122,20 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
                  });
     return;
   }
-  OutFrame reply = BuildPullReply(m.request_id(), m.tensor(), m.sparse(),
-                                  blocks, keys);
+  OutFrame reply =
+      BuildPullReply(m.request_id(), m.tensor(), m.sparse(), blocks, keys);
   bytes_out_ += reply->size();
   conn->Send(std::move(reply));
 }
 
 OutFrame Shard::BuildPullReply(uint64_t request_id, uint32_t tensor,
-                               bool sparse,
-                               const std::vector<uint32_t>& blocks,
+                               bool sparse, const std::vector<uint32_t>& blocks,
                                const std::vector<uint64_t>& keys) {
   if (sparse) {
     auto dim = store_.TableDim(tensor);
     if (!dim.ok()) return MakeErrorFrame(request_id, dim.status());
     size_t n = keys.size() * *dim;
-    flatbuffers::FlatBufferBuilder fbb(256 + n * sizeof(float));
+    auto fbb = MakeBuilder(256 + n * sizeof(float));
     float* rows = nullptr;
     auto rows_offset = fbb.CreateUninitializedVector(n, &rows);
     Status s = store_.ReadRows(tensor, keys, std::span<float>(rows, n));
@@ -138,7 +147,7 @@ OutFrame Shard::BuildPullReply(uint64_t request_id, uint32_t tensor,
     return FinishFrame(fbb, b.Finish());
   }
   size_t bytes = 256 + blocks.size() * (settings_.block_size * 4 + 32);
-  flatbuffers::FlatBufferBuilder fbb(bytes);
+  auto fbb = MakeBuilder(bytes);
   std::vector<flatbuffers::Offset<wire::Block>> out;
   out.reserve(blocks.size());
   for (uint32_t index : blocks) {
@@ -210,8 +219,8 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
     return conn.Send(MakeErrorFrame(
         m.request_id(),
         Status(Code::kStalePush,
-               "push read at clock " + std::to_string(m.read_clock()) +
-                   " is " + std::to_string(staleness) +
+               "push read at clock " + std::to_string(m.read_clock()) + " is " +
+                   std::to_string(staleness) +
                    " clocks stale; this run rejects more than " +
                    std::to_string(settings_.reject_staleness))));
   }
@@ -234,15 +243,15 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   lock.unlock();
   if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
   flatbuffers::FlatBufferBuilder fbb(64);
-  conn.Send(FinishFrame(
-      fbb, wire::CreatePushAck(fbb, m.request_id(), staleness)));
+  conn.Send(
+      FinishFrame(fbb, wire::CreatePushAck(fbb, m.request_id(), staleness)));
 }
 
 void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
                     Connection& conn) {
   if (peer.role != wire::Role::Worker) {
-    return conn.Send(MakeErrorFrame(
-        m.request_id(), ProtocolError("only workers have clocks")));
+    return conn.Send(MakeErrorFrame(m.request_id(),
+                                    ProtocolError("only workers have clocks")));
   }
   std::unique_lock lock(mu_);
   int64_t current = clocks_.clock(peer.rank);
@@ -250,8 +259,8 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
     lock.unlock();
     return conn.Send(MakeErrorFrame(
         m.request_id(),
-        InvalidArgument("clock " + std::to_string(m.clock()) +
-                        " of worker " + std::to_string(peer.rank) +
+        InvalidArgument("clock " + std::to_string(m.clock()) + " of worker " +
+                        std::to_string(peer.rank) +
                         " is not after its current clock " +
                         std::to_string(current))));
   }
@@ -284,9 +293,8 @@ OutFrame Shard::MakeStats(uint64_t request_id) {
   flatbuffers::FlatBufferBuilder fbb(1024);
   std::vector<flatbuffers::Offset<wire::WorkerStat>> workers;
   for (int r = 0; r < clocks_.num_workers(); ++r) {
-    workers.push_back(wire::CreateWorkerStat(fbb, r, clocks_.clock(r),
-                                             staleness_bound_[r],
-                                             connected_[r]));
+    workers.push_back(wire::CreateWorkerStat(
+        fbb, r, clocks_.clock(r), staleness_bound_[r], connected_[r]));
   }
   auto workers_offset = fbb.CreateVector(workers);
   auto histogram = fbb.CreateVector(staleness_histogram_.data(),

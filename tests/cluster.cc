@@ -1,6 +1,7 @@
 #include "tests/cluster.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,8 +13,6 @@
 #include <iostream>
 #include <sstream>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 namespace tether::testing {
 namespace {
@@ -64,20 +63,20 @@ bool Process::Running() {
   pid_t r = waitpid(pid_, &status, WNOHANG);
   if (r == pid_) {
     exited_ = true;
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status)
-                                   : 128 + WTERMSIG(status);
+    exit_code_ =
+        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return false;
   }
   return true;
 }
 
 Result<int> Process::Wait(int timeout_ms) {
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(timeout_ms);
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (Running()) {
     if (std::chrono::steady_clock::now() > deadline) {
-      return Status(Code::kTimeout, "process " + std::to_string(pid_) +
-                                        " still running");
+      return Status(Code::kTimeout,
+                    "process " + std::to_string(pid_) + " still running");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -90,16 +89,16 @@ void Process::Signal(int sig) {
 
 Result<std::string> Process::WaitForLine(const std::string& needle,
                                          int timeout_ms) {
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds(timeout_ms);
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     std::string log = Log();
     if (auto at = log.find(needle); at != std::string::npos) {
       auto begin = log.rfind('\n', at);
       begin = begin == std::string::npos ? 0 : begin + 1;
       auto end = log.find('\n', at);
-      return log.substr(begin, end == std::string::npos ? std::string::npos
-                                                        : end - begin);
+      return log.substr(
+          begin, end == std::string::npos ? std::string::npos : end - begin);
     }
     if (!Running()) {
       return Unavailable("process exited (" + std::to_string(exit_code_) +
@@ -165,20 +164,29 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
   std::unique_ptr<Cluster> c(new Cluster());
   auto flags = [&](int id) {
     std::vector<std::string> argv = {TETHER_SERVER_BIN,
-                                     "--shard-id", std::to_string(id),
-                                     "--shards", std::to_string(o.shards),
-                                     "--listen", "127.0.0.1:0",
+                                     "--shard-id",
+                                     std::to_string(id),
+                                     "--shards",
+                                     std::to_string(o.shards),
+                                     "--listen",
+                                     "127.0.0.1:0",
                                      "--data-dir",
                                      dir + "/shard" + std::to_string(id)};
     if (id == 0) {
-      std::vector<std::string> run = {
-          "--workers", std::to_string(o.workers),
-          "--seed", std::to_string(o.seed),
-          "--max-staleness", std::to_string(o.max_staleness),
-          "--reject-staleness", std::to_string(o.reject_staleness),
-          "--block-size", std::to_string(o.block_size),
-          "--optimizer", o.optimizer,
-          "--lr", std::to_string(o.lr)};
+      std::vector<std::string> run = {"--workers",
+                                      std::to_string(o.workers),
+                                      "--seed",
+                                      std::to_string(o.seed),
+                                      "--max-staleness",
+                                      std::to_string(o.max_staleness),
+                                      "--reject-staleness",
+                                      std::to_string(o.reject_staleness),
+                                      "--block-size",
+                                      std::to_string(o.block_size),
+                                      "--optimizer",
+                                      o.optimizer,
+                                      "--lr",
+                                      std::to_string(o.lr)};
       argv.insert(argv.end(), run.begin(), run.end());
       argv.insert(argv.end(), o.extra_flags.begin(), o.extra_flags.end());
     } else {
@@ -188,8 +196,8 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
     return argv;
   };
   for (int id = 0; id < o.shards; ++id) {
-    auto p = Process::Start(flags(id),
-                            dir + "/shard" + std::to_string(id) + ".log");
+    auto p =
+        Process::Start(flags(id), dir + "/shard" + std::to_string(id) + ".log");
     if (!p.ok()) return p.status();
     c->shards_.push_back(std::move(*p));
     auto line = c->shards_.back()->WaitForLine("listening on", 10000);

@@ -1,1 +1,336 @@
+#include "schema/frame.h"
+
 #include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace tether {
+namespace {
+
+// gtest's own substring predicate, so that the tests need no gmock.
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, needle, haystack)
+
+uint32_t ReadLe32(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 |
+         uint32_t{p[3]} << 24;
+}
+
+void WriteLe32(uint32_t n, uint8_t* p) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(n >> (8 * i));
+}
+
+// A received Frame holding `out`'s body, as a connection would read it.
+Frame Receive(const OutFrame& out) {
+  const uint32_t body_size =
+      static_cast<uint32_t>(out->size() - kFrameHeaderBytes);
+  Frame frame(body_size);
+  std::memcpy(frame.body(), out->data() + kFrameHeaderBytes, body_size);
+  return frame;
+}
+
+OutFrame MakeHello(int32_t rank, const std::string& client_name) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto name = fbb.CreateString(client_name);
+  auto hello = wire::CreateHello(fbb, kProtocolVersion, wire::Role::Worker,
+                                 rank, /*staleness=*/2, /*shard_id=*/-1,
+                                 /*address=*/0, /*auth_proof=*/0, name);
+  return FinishFrame(fbb, hello);
+}
+
+Result<uint32_t> ParseHeaderOf(uint32_t length, size_t max_frame_bytes) {
+  uint8_t header[kFrameHeaderBytes];
+  WriteLe32(length, header);
+  return ParseFrameHeader(header, max_frame_bytes);
+}
+
+TEST(Frame, ConstructorWritesLittleEndianHeader) {
+  Frame frame(0x01020304);
+  EXPECT_EQ(frame.size(), kFrameHeaderBytes + 0x01020304);
+  EXPECT_EQ(frame.body_size(), 0x01020304u);
+  EXPECT_EQ(frame.data()[0], 0x04);
+  EXPECT_EQ(frame.data()[1], 0x03);
+  EXPECT_EQ(frame.data()[2], 0x02);
+  EXPECT_EQ(frame.data()[3], 0x01);
+  EXPECT_EQ(frame.body(), frame.data() + kFrameHeaderBytes);
+}
+
+TEST(Frame, HeaderIsLittleEndian) {
+  const uint8_t header[kFrameHeaderBytes] = {0x01, 0x02, 0x03, 0x00};
+  auto n = ParseFrameHeader(header, kDefaultMaxFrameBytes);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 0x030201u);
+}
+
+TEST(Frame, HeaderAtLimitAccepted) {
+  auto n = ParseHeaderOf(1000, 1000);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 1000u);
+}
+
+TEST(Frame, HeaderOverLimitIsFrameTooLarge) {
+  auto n = ParseHeaderOf(1001, 1000);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), Code::kFrameTooLarge);
+  EXPECT_CONTAINS(n.status().message(), "1001");
+  EXPECT_CONTAINS(n.status().message(), "1000");
+}
+
+TEST(Frame, MaximumHeaderOverDefaultLimitIsFrameTooLarge) {
+  const uint8_t header[kFrameHeaderBytes] = {0xff, 0xff, 0xff, 0xff};
+  auto n = ParseFrameHeader(header, kDefaultMaxFrameBytes);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), Code::kFrameTooLarge);
+  EXPECT_CONTAINS(n.status().message(), "4294967295");
+  EXPECT_CONTAINS(n.status().message(), std::to_string(kDefaultMaxFrameBytes));
+}
+
+TEST(Frame, HeaderTooShortIsBadFrame) {
+  auto n = ParseHeaderOf(kMinFrameBodyBytes - 1, kDefaultMaxFrameBytes);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), Code::kBadFrame);
+  EXPECT_EQ(n.status().message(),
+            "frame length 7 is too short to hold a message");
+}
+
+TEST(Frame, ZeroLengthHeaderIsBadFrame) {
+  auto n = ParseHeaderOf(0, kDefaultMaxFrameBytes);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().code(), Code::kBadFrame);
+}
+
+TEST(Frame, HeaderAtMinimumBodyAccepted) {
+  auto n = ParseHeaderOf(kMinFrameBodyBytes, kDefaultMaxFrameBytes);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, kMinFrameBodyBytes);
+}
+
+TEST(Frame, FinishFramePrefixIsBodyLength) {
+  OutFrame out = MakeHello(3, "trainer");
+  ASSERT_GT(out->size(), kFrameHeaderBytes + kMinFrameBodyBytes);
+  EXPECT_EQ(ReadLe32(out->data()), out->size() - kFrameHeaderBytes);
+  auto n = ParseFrameHeader(out->data(), kDefaultMaxFrameBytes);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, out->size() - kFrameHeaderBytes);
+  EXPECT_EQ(std::memcmp(out->data() + kFrameHeaderBytes + 4, "TTHR", 4), 0);
+}
+
+TEST(Frame, RoundTripVerifies) {
+  Frame frame = Receive(MakeHello(3, "trainer"));
+  Status s = frame.Verify();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(frame.message()->body_type(), wire::Body::Hello);
+  const wire::Hello* hello = frame.message()->body_as_Hello();
+  ASSERT_NE(hello, nullptr);
+  EXPECT_EQ(hello->protocol_version(), kProtocolVersion);
+  EXPECT_EQ(hello->role(), wire::Role::Worker);
+  EXPECT_EQ(hello->rank(), 3);
+  EXPECT_EQ(hello->staleness(), 2);
+  EXPECT_EQ(hello->shard_id(), -1);
+  EXPECT_EQ(hello->address(), nullptr);
+  ASSERT_NE(hello->client_name(), nullptr);
+  EXPECT_EQ(hello->client_name()->str(), "trainer");
+}
+
+TEST(Frame, BodyTooShortIsBadFrame) {
+  Frame frame(kMinFrameBodyBytes - 1);
+  std::memset(frame.body(), 0, kMinFrameBodyBytes - 1);
+  Status s = frame.Verify();
+  EXPECT_EQ(s.code(), Code::kBadFrame);
+  EXPECT_EQ(s.message(),
+            "frame body of 7 bytes is too short to hold a message");
+}
+
+TEST(Frame, WrongIdentifierNamed) {
+  OutFrame out = MakeHello(0, "w");
+  Frame frame = Receive(out);
+  std::memcpy(frame.body() + 4, "ABCD", 4);
+  Status s = frame.Verify();
+  EXPECT_EQ(s.code(), Code::kBadFrame);
+  EXPECT_EQ(s.message(), "wrong file identifier 'ABCD' (expected 'TTHR')");
+}
+
+TEST(Frame, UnprintableIdentifierBytesMasked) {
+  Frame frame = Receive(MakeHello(0, "w"));
+  const uint8_t bad[4] = {'T', 0x00, 0x7f, 0xff};
+  std::memcpy(frame.body() + 4, bad, 4);
+  Status s = frame.Verify();
+  EXPECT_EQ(s.code(), Code::kBadFrame);
+  EXPECT_EQ(s.message(), "wrong file identifier 'T\?\?\?' (expected 'TTHR')");
+}
+
+TEST(Frame, CorruptedOffsetFailsVerification) {
+  Frame frame = Receive(MakeHello(0, "w"));
+  // The root offset now points far past the end of the body.
+  WriteLe32(0x7ffffff0, frame.body());
+  Status s = frame.Verify();
+  EXPECT_EQ(s.code(), Code::kBadFrame);
+  EXPECT_EQ(s.message(), "frame failed FlatBuffers verification");
+}
+
+TEST(Frame, CorruptedStringLengthFailsVerification) {
+  const std::string name = "a-client-name-that-is-long-enough";
+  OutFrame out = MakeHello(0, name);
+  Frame frame = Receive(out);
+  // Find the string and make its length run past the end of the frame.
+  uint8_t* body = frame.body();
+  const size_t body_size = frame.body_size();
+  size_t at = 0;
+  for (; at + name.size() <= body_size; ++at) {
+    if (std::memcmp(body + at, name.data(), name.size()) == 0) break;
+  }
+  ASSERT_GE(at, 4u);
+  ASSERT_LE(at + name.size(), body_size);
+  ASSERT_EQ(ReadLe32(body + at - 4), name.size());
+  WriteLe32(0x00ffffff, body + at - 4);
+  Status s = frame.Verify();
+  EXPECT_EQ(s.code(), Code::kBadFrame);
+  EXPECT_EQ(s.message(), "frame failed FlatBuffers verification");
+}
+
+TEST(Frame, TruncatedFrameFailsVerification) {
+  OutFrame out = MakeHello(0, "a-client-name-to-cut-off");
+  const uint32_t full = static_cast<uint32_t>(out->size() - kFrameHeaderBytes);
+  // A consistent header for fewer bytes than the message needs.
+  const uint32_t cut = full - 8;
+  Frame frame(cut);
+  std::memcpy(frame.body(), out->data() + kFrameHeaderBytes, cut);
+  Status s = frame.Verify();
+  EXPECT_EQ(s.code(), Code::kBadFrame);
+  EXPECT_EQ(s.message(), "frame failed FlatBuffers verification");
+}
+
+TEST(Frame, MessageWithoutBodyRejected) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto message = wire::CreateMessage(fbb);
+  wire::FinishSizePrefixedMessageBuffer(fbb, message);
+  auto out = std::make_shared<const flatbuffers::DetachedBuffer>(fbb.Release());
+  Frame frame = Receive(out);
+  Status s = frame.Verify();
+  EXPECT_EQ(s.code(), Code::kBadFrame);
+  EXPECT_EQ(s.message(), "message has no body");
+}
+
+TEST(Frame, PooledBuilderFrameRoundTrips) {
+  // Large enough that both the builder and the received frame are pooled.
+  const std::string name(BufferPool::kMinPooledBytes + 1000, 'n');
+  OutFrame out;
+  {
+    flatbuffers::FlatBufferBuilder fbb = MakeBuilder(name.size() + 256);
+    auto hello = wire::CreateHello(fbb, kProtocolVersion, wire::Role::Observer,
+                                   -1, 0, -1, 0, 0, fbb.CreateString(name));
+    out = FinishFrame(fbb, hello);
+  }  // The frame outlives its builder.
+  EXPECT_EQ(ReadLe32(out->data()), out->size() - kFrameHeaderBytes);
+  for (int i = 0; i < 3; ++i) {  // Reuses recycled buffers.
+    Frame frame = Receive(out);
+    Status s = frame.Verify();
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const wire::Hello* hello = frame.message()->body_as_Hello();
+    ASSERT_NE(hello, nullptr);
+    EXPECT_EQ(hello->role(), wire::Role::Observer);
+    EXPECT_EQ(hello->client_name()->str(), name);
+  }
+}
+
+TEST(Frame, EmptyFrameFailsVerification) {
+  Frame empty;
+  EXPECT_EQ(empty.body_size(), 0u);
+  EXPECT_EQ(empty.Verify().code(), Code::kBadFrame);
+}
+
+TEST(Frame, MovedFrameKeepsBytes) {
+  Frame source = Receive(MakeHello(5, "w"));
+  Frame moved = std::move(source);
+  ASSERT_TRUE(moved.Verify().ok());
+  EXPECT_EQ(moved.message()->body_as_Hello()->rank(), 5);
+}
+
+TEST(Frame, ErrorFrameRoundTrip) {
+  OutFrame out =
+      MakeErrorFrame(42, Status(Code::kNotFound, "no tensor named 'w1'"));
+  Frame frame = Receive(out);
+  Status verified = frame.Verify();
+  ASSERT_TRUE(verified.ok()) << verified.ToString();
+  ASSERT_EQ(frame.message()->body_type(), wire::Body::Error);
+  const wire::Error* error = frame.message()->body_as_Error();
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(error->request_id(), 42u);
+  EXPECT_EQ(error->code(), wire::ErrorCode::UnknownTensor);
+
+  Status s = StatusFromError(*error, "shard 1 (10.0.0.2:7000)");
+  EXPECT_EQ(s.code(), Code::kNotFound);
+  EXPECT_EQ(s.message(), "shard 1 (10.0.0.2:7000): no tensor named 'w1'");
+}
+
+TEST(Frame, ErrorFramePreservesLongMessage) {
+  const std::string text(10000, 'x');
+  Frame frame = Receive(MakeErrorFrame(0, Status(Code::kInternal, text)));
+  ASSERT_TRUE(frame.Verify().ok());
+  const wire::Error* error = frame.message()->body_as_Error();
+  EXPECT_EQ(error->request_id(), 0u);
+  Status s = StatusFromError(*error, "peer");
+  EXPECT_EQ(s.code(), Code::kInternal);
+  EXPECT_EQ(s.message(), "peer: " + text);
+}
+
+TEST(Frame, ErrorWithNoneCodeBecomesInternal) {
+  Frame frame = Receive(MakeErrorFrame(7, Status::Ok()));
+  ASSERT_TRUE(frame.Verify().ok());
+  const wire::Error* error = frame.message()->body_as_Error();
+  EXPECT_EQ(error->code(), wire::ErrorCode::None);
+  Status s = StatusFromError(*error, "peer");
+  EXPECT_FALSE(s.ok()) << "an Error message is never OK";
+  EXPECT_EQ(s.code(), Code::kInternal);
+}
+
+TEST(Frame, ErrorWithoutMessageSaysSo) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto error = wire::CreateError(fbb, 9, wire::ErrorCode::StalePush);
+  Frame frame = Receive(FinishFrame(fbb, error));
+  ASSERT_TRUE(frame.Verify().ok());
+  Status s = StatusFromError(*frame.message()->body_as_Error(), "worker 3");
+  EXPECT_EQ(s.code(), Code::kStalePush);
+  EXPECT_EQ(s.message(), "worker 3: no message");
+}
+
+TEST(WireCode, MappedCodesRoundTrip) {
+  for (Code code :
+       {Code::kOk, Code::kBadFrame, Code::kFrameTooLarge,
+        Code::kVersionMismatch, Code::kProtocol, Code::kInvalidArgument,
+        Code::kNotFound, Code::kShapeMismatch, Code::kStalePush,
+        Code::kUnavailable, Code::kInternal, Code::kTimeout, Code::kIoError}) {
+    EXPECT_EQ(FromWireCode(ToWireCode(code)), code) << CodeName(code);
+  }
+}
+
+TEST(WireCode, SpecificWireCodes) {
+  EXPECT_EQ(ToWireCode(Code::kOk), wire::ErrorCode::None);
+  EXPECT_EQ(ToWireCode(Code::kBadFrame), wire::ErrorCode::BadFrame);
+  EXPECT_EQ(ToWireCode(Code::kFrameTooLarge), wire::ErrorCode::FrameTooLarge);
+  EXPECT_EQ(ToWireCode(Code::kInvalidArgument), wire::ErrorCode::BadRequest);
+  EXPECT_EQ(ToWireCode(Code::kNotFound), wire::ErrorCode::UnknownTensor);
+  EXPECT_EQ(ToWireCode(Code::kStalePush), wire::ErrorCode::StalePush);
+  EXPECT_EQ(ToWireCode(Code::kUnavailable), wire::ErrorCode::Unavailable);
+}
+
+TEST(WireCode, EveryCodeHasItsOwnWireCode) {
+  EXPECT_EQ(ToWireCode(Code::kProtocol), wire::ErrorCode::Protocol);
+  EXPECT_EQ(ToWireCode(Code::kTimeout), wire::ErrorCode::Timeout);
+  EXPECT_EQ(ToWireCode(Code::kIoError), wire::ErrorCode::IoError);
+  EXPECT_EQ(ToWireCode(Code::kInternal), wire::ErrorCode::Internal);
+}
+
+TEST(WireCode, AuthFailedIsProtocolError) {
+  EXPECT_EQ(FromWireCode(wire::ErrorCode::AuthFailed), Code::kProtocol);
+  EXPECT_EQ(FromWireCode(wire::ErrorCode::HelloRequired), Code::kProtocol);
+}
+
+TEST(WireCode, UnknownWireCodeIsInternal) {
+  EXPECT_EQ(FromWireCode(static_cast<wire::ErrorCode>(999)), Code::kInternal);
+}
+
+}  // namespace
+}  // namespace tether

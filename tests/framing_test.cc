@@ -1,1 +1,501 @@
+// Bad bytes from the network, sent over real sockets to real shards: each
+// must get an Error frame that says why, then a close, while the shard keeps
+// serving a healthy client that was connected before the bad one.
 #include <gtest/gtest.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "schema/flags.h"
+#include "schema/frame.h"
+#include "tests/cluster.h"
+#include "worker/client.h"
+
+namespace tether {
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using testing::AddressFromLine;
+using testing::Cluster;
+using testing::ClusterOptions;
+using testing::TempDir;
+
+constexpr int kReplyTimeoutMs = 3000;
+
+// A TCP peer that speaks raw bytes. Writes block; reads run the socket's own
+// io_context for at most a timeout (asio's blocking reads ignore
+// SO_RCVTIMEO, so they could hang a test on a shard that never answers).
+class RawPeer {
+ public:
+  static Result<std::unique_ptr<RawPeer>> Connect(const std::string& address) {
+    auto hp = ParseHostPort(address, "shard address");
+    if (!hp.ok()) return hp.status();
+    std::unique_ptr<RawPeer> peer(new RawPeer());
+    boost::system::error_code ec;
+    tcp::resolver resolver(peer->io_);
+    auto endpoints = resolver.resolve(hp->host, std::to_string(hp->port), ec);
+    if (!ec) asio::connect(peer->socket_, endpoints, ec);
+    if (ec) {
+      return Unavailable("cannot connect to " + address + ": " + ec.message());
+    }
+    return peer;
+  }
+
+  // Writes every byte (small writes only: nothing bounds a blocked write).
+  boost::system::error_code Send(std::span<const uint8_t> bytes) {
+    boost::system::error_code ec;
+    asio::write(socket_, asio::buffer(bytes.data(), bytes.size()), ec);
+    return ec;
+  }
+
+  void ShutdownSend() {
+    boost::system::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  void Close() {
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+  }
+
+  // Reads one whole frame (header, then body) and verifies it.
+  Result<Frame> ReadFrame(int timeout_ms) {
+    uint8_t header[kFrameHeaderBytes];
+    if (auto ec = ReadExactly(header, sizeof header, timeout_ms); ec) {
+      return Unavailable("reading a frame header: " + ec.message());
+    }
+    uint32_t n = 0;
+    for (size_t i = 0; i < kFrameHeaderBytes; ++i) {
+      n |= static_cast<uint32_t>(header[i]) << (8 * i);
+    }
+    if (n > (1u << 20)) return BadFrame("reply of " + std::to_string(n));
+    Frame frame(n);
+    if (auto ec = ReadExactly(frame.body(), n, timeout_ms); ec) {
+      return Unavailable("reading a frame body: " + ec.message());
+    }
+    if (Status s = frame.Verify(); !s.ok()) return s;
+    return frame;
+  }
+
+  // OK once the shard has closed the connection (end of stream or reset);
+  // an error when it sends more bytes or stays open past `timeout_ms`.
+  Status WaitForClose(int timeout_ms) {
+    uint8_t byte;
+    auto ec = ReadExactly(&byte, 1, timeout_ms);
+    if (!ec) return Internal("shard sent more bytes instead of closing");
+    if (ec == asio::error::eof || ec == asio::error::connection_reset) {
+      return Status::Ok();
+    }
+    return Status(Code::kTimeout, "shard kept the connection: " + ec.message());
+  }
+
+ private:
+  RawPeer() : socket_(io_) {}
+
+  // Reads exactly `n` bytes, giving up after `timeout_ms` (timed_out).
+  boost::system::error_code ReadExactly(void* data, size_t n, int timeout_ms) {
+    boost::system::error_code result = asio::error::timed_out;
+    bool done = false;
+    asio::async_read(socket_, asio::buffer(data, n),
+                     [&](const boost::system::error_code& ec, size_t) {
+                       result = ec;
+                       done = true;
+                     });
+    io_.restart();
+    io_.run_for(std::chrono::milliseconds(timeout_ms));
+    if (!done) {
+      boost::system::error_code ignored;
+      socket_.cancel(ignored);
+      io_.restart();
+      io_.run();
+      return asio::error::timed_out;
+    }
+    return result;
+  }
+
+  asio::io_context io_;
+  tcp::socket socket_;
+};
+
+std::vector<uint8_t> Bytes(const flatbuffers::DetachedBuffer& buffer) {
+  return {buffer.data(), buffer.data() + buffer.size()};
+}
+
+std::vector<uint8_t> HelloFrame(uint32_t version,
+                                const std::string& client_name = "raw test") {
+  flatbuffers::FlatBufferBuilder fbb(256 + client_name.size());
+  auto name = fbb.CreateString(client_name);
+  auto hello = wire::CreateHello(fbb, version, wire::Role::Observer, -1, 0, -1,
+                                 0, 0, name);
+  return Bytes(*FinishFrame(fbb, hello));
+}
+
+std::vector<uint8_t> StatsRequestFrame() {
+  flatbuffers::FlatBufferBuilder fbb(64);
+  return Bytes(*FinishFrame(fbb, wire::CreateStatsRequest(fbb, 7)));
+}
+
+std::vector<uint8_t> Header(uint32_t n) {
+  return {static_cast<uint8_t>(n), static_cast<uint8_t>(n >> 8),
+          static_cast<uint8_t>(n >> 16), static_cast<uint8_t>(n >> 24)};
+}
+
+// A header announcing `body_size` bytes, then that many seeded random bytes.
+// mt19937's output is fixed by the standard, so the bytes are too.
+std::vector<uint8_t> GarbageFrame(uint32_t seed, uint32_t body_size) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> bytes = Header(body_size);
+  for (uint32_t i = 0; i < body_size; ++i) {
+    bytes.push_back(static_cast<uint8_t>(rng() >> 24));
+  }
+  return bytes;
+}
+
+// Whether `text` contains `part`; the failure message shows both.
+::testing::AssertionResult Contains(const std::string& text,
+                                    const std::string& part) {
+  if (text.find(part) != std::string::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "'" << text << "' does not contain '" << part << "'";
+}
+
+struct ErrorReply {
+  wire::ErrorCode code = wire::ErrorCode::None;
+  std::string message;
+};
+
+// Reads the shard's answer to a bad input: it must be an Error frame.
+Result<ErrorReply> ReadError(RawPeer& peer) {
+  auto frame = peer.ReadFrame(kReplyTimeoutMs);
+  if (!frame.ok()) return frame.status();
+  const wire::Error* error = frame->message()->body_as_Error();
+  if (error == nullptr) {
+    return ProtocolError(std::string("expected an Error, got ") +
+                         wire::EnumNameBody(frame->message()->body_type()));
+  }
+  return ErrorReply{error->code(),
+                    error->message() ? error->message()->str() : ""};
+}
+
+// Connects to `address`, sends `bytes` (then closes the send side when
+// `shutdown_send`), and returns the Error the shard answers with, after
+// checking that the shard then closes the connection.
+void ExpectRefused(const std::string& address, std::span<const uint8_t> bytes,
+                   bool shutdown_send, ErrorReply* reply) {
+  auto peer = RawPeer::Connect(address);
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  ASSERT_FALSE((*peer)->Send(bytes));
+  if (shutdown_send) (*peer)->ShutdownSend();
+  auto error = ReadError(**peer);
+  ASSERT_TRUE(error.ok()) << error.status().ToString();
+  *reply = *error;
+  Status closed = (*peer)->WaitForClose(kReplyTimeoutMs);
+  EXPECT_TRUE(closed.ok()) << closed.ToString();
+}
+
+std::unique_ptr<Client> ConnectObserver(const std::string& coordinator) {
+  ClientOptions o;
+  o.coordinator = coordinator;
+  o.observer = true;
+  o.name = "healthy observer";
+  o.connect_timeout_ms = 5000;
+  o.join_timeout_ms = 5000;
+  auto client = Client::Connect(o);
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+// Defines `name` (64 floats, constant 1), pulls it, pushes a gradient of
+// ones and pulls again: SGD with `lr` must leave every value at 1 - lr.
+// With a small block size the tensor spans every shard.
+void ExpectServing(Client& client, const std::string& name, float lr) {
+  constexpr size_t kSize = 64;
+  ASSERT_TRUE(
+      client.DefineTensor(name, {kSize}, {InitKind::kConstant, 1.0f}).ok());
+  std::vector<float> values(kSize, -7.0f);
+  Status pulled = client.Pull(name, values);
+  ASSERT_TRUE(pulled.ok()) << pulled.ToString();
+  for (float v : values) ASSERT_FLOAT_EQ(v, 1.0f);
+  std::vector<float> grad(kSize, 1.0f);
+  Status pushed = client.Push(name, grad);
+  ASSERT_TRUE(pushed.ok()) << pushed.ToString();
+  pulled = client.Pull(name, values);
+  ASSERT_TRUE(pulled.ok()) << pulled.ToString();
+  for (float v : values) ASSERT_NEAR(v, 1.0f - lr, 1e-6f);
+}
+
+void ExpectAllRunning(Cluster& cluster) {
+  for (int i = 0; i < cluster.num_shards(); ++i) {
+    EXPECT_TRUE(cluster.shard(i).Running()) << "shard " << i << " exited";
+  }
+}
+
+// Peak virtual memory of `pid` in KiB (VmPeak), or -1.
+int64_t VmPeakKib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmPeak:", 0) == 0) return std::stoll(line.substr(7));
+  }
+  return -1;
+}
+
+// A one-shard cluster (one worker, so observers are welcomed at once) and
+// an observer connected before any bad input arrives.
+class Framing : public ::testing::Test {
+ protected:
+  void StartCluster(ClusterOptions options) {
+    options.block_size = 16;
+    lr_ = options.lr;
+    auto cluster = Cluster::Start(options, dir_.path());
+    ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+    cluster_ = std::move(*cluster);
+    healthy_ = ConnectObserver(cluster_->coordinator());
+    ASSERT_NE(healthy_, nullptr);
+  }
+
+  void ExpectStillServing(const std::string& tensor) {
+    ExpectAllRunning(*cluster_);
+    ExpectServing(*healthy_, tensor, lr_);
+    auto stats = healthy_->Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    ASSERT_EQ(stats->size(), static_cast<size_t>(cluster_->num_shards()));
+    // The tensor spans every shard, so each one served its part.
+    for (const ShardStats& shard : *stats) {
+      EXPECT_GT(shard.dense_blocks, 0u) << "shard " << shard.shard_id;
+      EXPECT_GE(shard.pushes, 1u) << "shard " << shard.shard_id;
+    }
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Cluster> cluster_;
+  std::unique_ptr<Client> healthy_;
+  float lr_ = 0;
+};
+
+TEST_F(Framing, OversizedFrameRefusedBeforeAllocation) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  const int64_t peak_before = VmPeakKib(cluster_->shard(0).pid());
+  // Only the header: were the shard to allocate and wait for the body, no
+  // Error would come back.
+  ErrorReply reply;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectRefused(cluster_->coordinator(), Header(1u << 30), false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::FrameTooLarge);
+  EXPECT_TRUE(Contains(reply.message, "1073741824"));
+  EXPECT_TRUE(Contains(reply.message, "67108864"));
+  const int64_t peak_after = VmPeakKib(cluster_->shard(0).pid());
+  ASSERT_GT(peak_before, 0);
+  EXPECT_LT(peak_after - peak_before, 512 * 1024)
+      << "VmPeak grew from " << peak_before << " to " << peak_after << " KiB";
+  EXPECT_TRUE(cluster_->shard(0)
+                  .WaitForLine("exceeds the limit", kReplyTimeoutMs)
+                  .ok());
+  ExpectStillServing("after_oversized");
+}
+
+TEST_F(Framing, OversizedFrameRefusedUnderConfiguredLimit) {
+  ClusterOptions options;
+  options.extra_flags = {"--max-frame-bytes", "4096"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(options));
+  // A well-formed Hello, made too long by its client name.
+  std::vector<uint8_t> hello =
+      HelloFrame(kProtocolVersion, std::string(8000, 'n'));
+  ASSERT_GT(hello.size(), 8000u);
+  ErrorReply reply;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectRefused(cluster_->coordinator(), hello, false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::FrameTooLarge);
+  EXPECT_TRUE(Contains(reply.message,
+                       std::to_string(hello.size() - kFrameHeaderBytes)));
+  EXPECT_TRUE(Contains(reply.message, "4096"));
+  ExpectStillServing("after_configured_limit");
+}
+
+TEST_F(Framing, TruncatedFrameReported) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  std::vector<uint8_t> bytes = GarbageFrame(11, 50);
+  std::memcpy(bytes.data(), Header(100).data(), kFrameHeaderBytes);
+  ErrorReply reply;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectRefused(cluster_->coordinator(), bytes, true, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::BadFrame);
+  EXPECT_TRUE(Contains(reply.message, "truncated"));
+  EXPECT_TRUE(Contains(reply.message, "50 of 100"));
+  ExpectStillServing("after_truncated");
+}
+
+TEST_F(Framing, TruncatedHeaderReported) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  std::vector<uint8_t> bytes = {0x10, 0x00};
+  ErrorReply reply;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectRefused(cluster_->coordinator(), bytes, true, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::BadFrame);
+  EXPECT_TRUE(Contains(reply.message, "truncated frame header"));
+  EXPECT_TRUE(Contains(reply.message, "2 of 4"));
+  ExpectStillServing("after_truncated_header");
+}
+
+TEST_F(Framing, GarbageBytesRefused) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  // Pure noise of a plausible length fails on the identifier.
+  ErrorReply reply;
+  ASSERT_NO_FATAL_FAILURE(ExpectRefused(cluster_->coordinator(),
+                                        GarbageFrame(42, 200), false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::BadFrame);
+  EXPECT_TRUE(Contains(reply.message, "wrong file identifier"));
+
+  // Noise behind the right identifier must fail the verifier, not crash.
+  std::vector<uint8_t> disguised = GarbageFrame(43, 200);
+  std::memcpy(disguised.data() + kFrameHeaderBytes + 4, "TTHR", 4);
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectRefused(cluster_->coordinator(), disguised, false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::BadFrame);
+  EXPECT_TRUE(Contains(reply.message, "verification"));
+
+  // A length too short to hold any message is refused from the header.
+  ASSERT_NO_FATAL_FAILURE(ExpectRefused(cluster_->coordinator(),
+                                        GarbageFrame(44, 3), false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::BadFrame);
+  EXPECT_TRUE(Contains(reply.message, "too short"));
+  ExpectStillServing("after_garbage");
+}
+
+TEST_F(Framing, WrongIdentifierRefused) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  std::vector<uint8_t> hello = HelloFrame(kProtocolVersion);
+  ASSERT_EQ(std::memcmp(hello.data() + kFrameHeaderBytes + 4, "TTHR", 4), 0);
+  std::memcpy(hello.data() + kFrameHeaderBytes + 4, "XXXX", 4);
+  ErrorReply reply;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectRefused(cluster_->coordinator(), hello, false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::BadFrame);
+  EXPECT_TRUE(Contains(reply.message, "identifier"));
+  EXPECT_TRUE(Contains(reply.message, "'XXXX'"));
+  EXPECT_TRUE(Contains(reply.message, "'TTHR'"));
+  ExpectStillServing("after_identifier");
+}
+
+TEST_F(Framing, WrongVersionRefused) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  ErrorReply reply;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectRefused(cluster_->coordinator(), HelloFrame(99), false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::VersionMismatch);
+  EXPECT_TRUE(Contains(reply.message, "99"));
+  EXPECT_TRUE(
+      Contains(reply.message, "version " + std::to_string(kProtocolVersion)));
+  ExpectStillServing("after_version");
+}
+
+TEST_F(Framing, HelloRequiredFirst) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  ErrorReply reply;
+  ASSERT_NO_FATAL_FAILURE(ExpectRefused(cluster_->coordinator(),
+                                        StatsRequestFrame(), false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::HelloRequired);
+  EXPECT_TRUE(Contains(reply.message, "Hello"));
+  EXPECT_TRUE(Contains(reply.message, "StatsRequest"));
+  ExpectStillServing("after_hello_required");
+}
+
+TEST_F(Framing, ManyBadClientsDoNotStopShard) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  constexpr int kBadClients = 50;
+  std::vector<std::unique_ptr<RawPeer>> peers;
+  for (int i = 0; i < kBadClients; ++i) {
+    auto peer = RawPeer::Connect(cluster_->coordinator());
+    ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+    std::vector<uint8_t> bytes;
+    switch (i % 5) {
+      case 0:
+        bytes = GarbageFrame(1000 + i, 64 + i);
+        break;
+      case 1:
+        bytes = GarbageFrame(1000 + i, 40);
+        break;  // mid-frame
+      case 2:
+        bytes = {0x20};
+        break;  // mid-header
+      case 3:
+        bytes = HelloFrame(1000 + i);
+        break;
+      case 4:
+        bytes = StatsRequestFrame();
+        break;
+    }
+    if (i % 5 == 1) std::memcpy(bytes.data(), Header(4000).data(), 4);
+    // The shard may already have closed; a failed send is fine here.
+    (void)(*peer)->Send(bytes);
+    peers.push_back(std::move(*peer));
+  }
+  // Every complete bad frame is answered with an Error, then a close.
+  for (int i = 0; i < kBadClients; ++i) {
+    if (i % 5 == 1 || i % 5 == 2) continue;
+    auto error = ReadError(*peers[i]);
+    EXPECT_TRUE(error.ok())
+        << "client " << i << ": " << error.status().ToString();
+    EXPECT_TRUE(peers[i]->WaitForClose(kReplyTimeoutMs).ok()) << "client " << i;
+  }
+  // The rest hang up mid-frame, abruptly.
+  for (auto& peer : peers) peer->Close();
+  peers.clear();
+  ExpectStillServing("after_many_bad_clients");
+  // The shard still accepts a fresh, well-behaved client too.
+  auto late = ConnectObserver(cluster_->coordinator());
+  ASSERT_NE(late, nullptr);
+  ExpectServing(*late, "after_many_bad_clients_late", lr_);
+}
+
+// Two shards; the bad bytes go to shard 1 (not the coordinator), whose
+// address only its log tells. The observer talks to both shards.
+TEST_F(Framing, BadFramesToSecondShardLeaveItServing) {
+  ClusterOptions options;
+  options.shards = 2;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(options));
+  auto line = cluster_->shard(1).WaitForLine("listening on", 5000);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  const std::string shard1 = AddressFromLine(*line);
+  ASSERT_FALSE(shard1.empty()) << *line;
+  ASSERT_NE(shard1, cluster_->coordinator());
+
+  ErrorReply reply;
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectRefused(shard1, Header(1u << 30), false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::FrameTooLarge);
+  EXPECT_TRUE(Contains(reply.message, "1073741824"));
+
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectRefused(shard1, GarbageFrame(7, 120), false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::BadFrame);
+  EXPECT_TRUE(Contains(reply.message, "identifier"));
+
+  ASSERT_NO_FATAL_FAILURE(ExpectRefused(shard1, HelloFrame(99), false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::VersionMismatch);
+  EXPECT_TRUE(Contains(reply.message, "99"));
+
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectRefused(shard1, StatsRequestFrame(), false, &reply));
+  EXPECT_EQ(reply.code, wire::ErrorCode::HelloRequired);
+  EXPECT_TRUE(Contains(reply.message, "Hello"));
+  ExpectStillServing("after_shard1_bad_frames");
+}
+
+}  // namespace
+}  // namespace tether

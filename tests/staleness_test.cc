@@ -1,1 +1,161 @@
+// Stale Synchronous Parallel over real TCP: real tether-server processes,
+// worker clients in this process.
 #include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "tests/cluster.h"
+#include "tests/worker_pool.h"
+
+namespace tether::testing {
+namespace {
+
+class Staleness : public ::testing::Test {
+ protected:
+  void StartCluster(ClusterOptions o) {
+    auto c = Cluster::Start(o, dir_.path());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cluster_ = std::move(*c);
+  }
+  uint64_t Sum(uint64_t ShardStats::*field) {
+    auto observer = ConnectObserver(cluster_->coordinator());
+    auto stats = observer->Stats();
+    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+    uint64_t total = 0;
+    for (const ShardStats& s : *stats) total += s.*field;
+    return total;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Cluster> cluster_;
+};
+
+ClusterOptions TwoShardsTwoWorkers() {
+  ClusterOptions o;
+  o.shards = 2;
+  o.workers = 2;
+  o.block_size = 16;
+  o.lr = 1.0f;
+  return o;
+}
+
+TEST_F(Staleness, PullWaitsForSlowestLiveWorker) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(TwoShardsTwoWorkers()));
+  auto w = ConnectWorkers(cluster_->coordinator(), {2, 2});
+  ASSERT_EQ(w.size(), 2u);
+  Client& fast = *w[0];
+  Client& slow = *w[1];
+  ASSERT_EQ(fast.staleness(), 2);
+  for (auto* c : {&fast, &slow}) ASSERT_TRUE(c->DefineTensor("w", {100}).ok());
+  std::vector<float> values(100);
+
+  ASSERT_TRUE(slow.Clock().ok());  // slow holds back at k = 1
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(fast.Clock().ok());
+  ASSERT_TRUE(fast.Clock().ok());  // fast at k + 2: within the bound
+  auto within = Async([&](auto cb) { fast.PullAsync("w", values, cb); });
+  ASSERT_TRUE(Ready(within, 5000)) << "pull at k + 2 waited";
+  EXPECT_TRUE(within.get().ok());
+
+  ASSERT_TRUE(fast.Clock().ok());  // fast at k + 3: must wait
+  auto beyond = Async([&](auto cb) { fast.PullAsync("w", values, cb); });
+  EXPECT_FALSE(Ready(beyond, 500)) << "pull at k + 3 was answered early";
+  EXPECT_GE(Sum(&ShardStats::waiting_pulls), 1u);
+
+  ASSERT_TRUE(slow.Clock().ok());  // slow reaches k + 1
+  ASSERT_TRUE(Ready(beyond, 5000)) << "pull not released by the slow clock";
+  EXPECT_TRUE(beyond.get().ok());
+  EXPECT_EQ(Sum(&ShardStats::waiting_pulls), 0u);
+}
+
+TEST_F(Staleness, ZeroIsLockStep) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(TwoShardsTwoWorkers()));
+  auto w = ConnectWorkers(cluster_->coordinator(), {0, 0});
+  ASSERT_EQ(w.size(), 2u);
+  for (auto& c : w) ASSERT_TRUE(c->DefineTensor("w", {40}).ok());
+  std::vector<float> values(40);
+  for (int round = 1; round <= 3; ++round) {
+    // Worker 0 finishes the round first; its pull must wait for worker 1
+    // and then see worker 1's push from the same round (BSP).
+    std::vector<float> g0(40, -1.0f), g1(40, -2.0f);
+    ASSERT_TRUE(w[0]->Push("w", g0).ok());
+    ASSERT_TRUE(w[0]->Clock().ok());
+    auto pull = Async([&](auto cb) { w[0]->PullAsync("w", values, cb); });
+    EXPECT_FALSE(Ready(pull, 300)) << "round " << round;
+    ASSERT_TRUE(w[1]->Push("w", g1).ok());
+    ASSERT_TRUE(w[1]->Clock().ok());
+    ASSERT_TRUE(Ready(pull, 5000)) << "round " << round;
+    ASSERT_TRUE(pull.get().ok());
+    for (float v : values) ASSERT_EQ(v, 3.0f * round);
+    ASSERT_TRUE(w[1]->Pull("w", values).ok());
+  }
+}
+
+TEST_F(Staleness, UnboundedNeverWaits) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(TwoShardsTwoWorkers()));
+  auto w = ConnectWorkers(cluster_->coordinator(), {-1, -1});
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0]->staleness(), -1);
+  for (auto& c : w) ASSERT_TRUE(c->DefineTensor("w", {40}).ok());
+  std::vector<float> values(40), grad(40, -1.0f);
+  ASSERT_TRUE(w[1]->Pull("w", values).ok());  // the slow one reads at 0
+  for (int k = 0; k < 50; ++k) {
+    auto pull = Async([&](auto cb) { w[0]->PullAsync("w", values, cb); });
+    ASSERT_TRUE(Ready(pull, 5000)) << "pull at clock " << k << " waited";
+    ASSERT_TRUE(pull.get().ok());
+    ASSERT_TRUE(w[0]->Push("w", grad).ok());
+    ASSERT_TRUE(w[0]->Clock().ok());
+  }
+  // The slow worker's push, read at clock 0, is 50 clocks stale.
+  ASSERT_TRUE(w[1]->Push("w", grad).ok());
+  EXPECT_EQ(w[1]->max_push_staleness(), 50);
+  EXPECT_EQ(w[0]->max_push_staleness(), 0);
+  auto observer = ConnectObserver(cluster_->coordinator());
+  auto stats = observer->Stats();
+  ASSERT_TRUE(stats.ok());
+  for (const ShardStats& s : *stats) {
+    ASSERT_EQ(s.workers.size(), 2u);
+    EXPECT_EQ(s.workers[0].clock, 50);
+    EXPECT_EQ(s.workers[1].clock, 0);
+    EXPECT_EQ(s.min_clock, 0);
+    ASSERT_EQ(s.staleness_histogram.size(), 17u);
+    EXPECT_EQ(s.staleness_histogram.back(), 1u);  // the 50-stale push
+  }
+  ASSERT_TRUE(observer->DefineTensor("w", {40}).ok());
+  ASSERT_TRUE(observer->Pull("w", values).ok());
+  for (float v : values) EXPECT_EQ(v, 51.0f);
+}
+
+TEST_F(Staleness, PushesStalerThanBoundRejected) {
+  ClusterOptions o = TwoShardsTwoWorkers();
+  o.reject_staleness = 2;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  auto w = ConnectWorkers(cluster_->coordinator(), {-1, -1});
+  ASSERT_EQ(w.size(), 2u);
+  for (auto& c : w) ASSERT_TRUE(c->DefineTensor("w", {40}).ok());
+  std::vector<float> values(40), grad(40, -1.0f);
+  ASSERT_TRUE(w[1]->Pull("w", values).ok());
+  for (int k = 0; k < 2; ++k) ASSERT_TRUE(w[0]->Clock().ok());
+  EXPECT_TRUE(w[1]->Push("w", grad).ok()) << "2 clocks stale is allowed";
+  ASSERT_TRUE(w[0]->Clock().ok());
+  Status s = w[1]->Push("w", grad);
+  EXPECT_EQ(s.code(), Code::kStalePush) << s.ToString();
+  EXPECT_NE(s.message().find("3 clocks stale"), std::string::npos)
+      << s.message();
+  ASSERT_TRUE(w[0]->Pull("w", values).ok());
+  EXPECT_TRUE(w[0]->Push("w", grad).ok()) << "a fresh push is accepted";
+  EXPECT_GE(Sum(&ShardStats::rejected_pushes), 1u);
+}
+
+TEST_F(Staleness, RequestedBoundCappedByServer) {
+  ClusterOptions o = TwoShardsTwoWorkers();
+  o.max_staleness = 1;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  auto w = ConnectWorkers(cluster_->coordinator(), {5, 0});
+  ASSERT_EQ(w.size(), 2u);
+  std::vector<int> bounds = {w[0]->staleness(), w[1]->staleness()};
+  std::sort(bounds.begin(), bounds.end());
+  EXPECT_EQ(bounds, (std::vector<int>{0, 1}));
+}
+
+}  // namespace
+}  // namespace tether::testing

@@ -36,8 +36,8 @@ struct CliOptions {
   std::string grad = "const";  // const: every element --grad-value;
                                // pattern: -(rank+1 + k%5 + i%7)
   float grad_value = 1.0f;
-  int sleep_ms = 0;            // per iteration, to play a straggler
-  int print = 8;               // values `pull` prints
+  int sleep_ms = 0;  // per iteration, to play a straggler
+  int print = 8;     // values `pull` prints
   bool quiet = false;
 };
 
@@ -56,8 +56,10 @@ Result<std::vector<uint64_t>> ParseShape(const std::string& text) {
     char* end = nullptr;
     unsigned long long d = std::strtoull(part.c_str(), &end, 10);
     if (part.empty() || *end != '\0' || d == 0) {
-      return InvalidArgument("--shape: expected positive integers "
-                             "separated by commas, got '" + text + "'");
+      return InvalidArgument(
+          "--shape: expected positive integers "
+          "separated by commas, got '" +
+          text + "'");
     }
     shape.push_back(d);
   }
@@ -68,10 +70,14 @@ Result<std::vector<uint64_t>> ParseShape(const std::string& text) {
 Result<Init> ParseInit(const CliOptions& o) {
   Init init;
   init.scale = o.init_scale;
-  if (o.init == "zeros") init.kind = InitKind::kZeros;
-  else if (o.init == "uniform") init.kind = InitKind::kUniform;
-  else if (o.init == "normal") init.kind = InitKind::kNormal;
-  else if (o.init == "constant") init.kind = InitKind::kConstant;
+  if (o.init == "zeros")
+    init.kind = InitKind::kZeros;
+  else if (o.init == "uniform")
+    init.kind = InitKind::kUniform;
+  else if (o.init == "normal")
+    init.kind = InitKind::kNormal;
+  else if (o.init == "constant")
+    init.kind = InitKind::kConstant;
   else {
     return InvalidArgument("--init: unknown '" + o.init +
                            "' (expected zeros, uniform, normal or constant)");
@@ -149,10 +155,10 @@ int RunTrain(Client& client, const CliOptions& o,
                         .count();
       std::cout << "worker " << client.rank() << ": clock " << client.clock()
                 << "/" << o.iterations << ", w[0]=" << std::setprecision(6)
-                << weights[0]
-                << ", max push staleness " << client.max_push_staleness()
-                << ", " << std::fixed << std::setprecision(1)
-                << (k + 1) / secs << " it/s" << std::defaultfloat << std::endl;
+                << weights[0] << ", max push staleness "
+                << client.max_push_staleness() << ", " << std::fixed
+                << std::setprecision(1) << (k + 1) / secs << " it/s"
+                << std::defaultfloat << std::endl;
     }
   }
   std::cout << "worker " << client.rank() << ": done, " << o.iterations
@@ -167,14 +173,16 @@ int Main(int argc, char** argv) {
   p.AddString("tensor", &o.tensor, "tensor name");
   p.AddString("shape", &o.shape, "tensor shape, e.g. 784,10");
   p.AddString("init", &o.init, "zeros, uniform, normal or constant");
-  p.AddFloat("init-scale", &o.init_scale, "uniform bound, normal stddev or "
-                                          "the constant");
+  p.AddFloat("init-scale", &o.init_scale,
+             "uniform bound, normal stddev or "
+             "the constant");
   p.AddInt("iterations", &o.iterations, "train: iterations to run");
   p.AddInt("staleness", &o.staleness, "train: SSP bound (0 BSP, -1 async)");
   p.AddInt("rank", &o.rank, "train: rank to claim (-1: any)");
   p.AddString("grad", &o.grad, "train: const or pattern");
-  p.AddFloat("grad-value", &o.grad_value, "train: the const gradient is "
-                                          "minus this");
+  p.AddFloat("grad-value", &o.grad_value,
+             "train: the const gradient is "
+             "minus this");
   p.AddInt("sleep-ms", &o.sleep_ms, "train: sleep per iteration (straggler)");
   p.AddInt("print", &o.print, "pull: values to print");
   p.AddBool("quiet", &o.quiet, "train: no progress lines");

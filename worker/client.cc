@@ -1,11 +1,10 @@
 #include "worker/client.h"
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <chrono>
 #include <cstring>
 #include <future>
 #include <thread>
-
-#include <boost/asio/executor_work_guard.hpp>
 
 #include "schema/connection.h"
 #include "schema/frame.h"
@@ -43,23 +42,35 @@ class Fanout {
 
 uint64_t RequestIdOf(const wire::Message& m) {
   switch (m.body_type()) {
-    case wire::Body::DefineAck: return m.body_as_DefineAck()->request_id();
-    case wire::Body::PullReply: return m.body_as_PullReply()->request_id();
-    case wire::Body::PushAck: return m.body_as_PushAck()->request_id();
-    case wire::Body::ClockAck: return m.body_as_ClockAck()->request_id();
-    case wire::Body::Heartbeat: return m.body_as_Heartbeat()->request_id();
-    case wire::Body::Stats: return m.body_as_Stats()->request_id();
-    case wire::Body::Error: return m.body_as_Error()->request_id();
-    default: return 0;  // Welcome answers the Hello, request 0
+    case wire::Body::DefineAck:
+      return m.body_as_DefineAck()->request_id();
+    case wire::Body::PullReply:
+      return m.body_as_PullReply()->request_id();
+    case wire::Body::PushAck:
+      return m.body_as_PushAck()->request_id();
+    case wire::Body::ClockAck:
+      return m.body_as_ClockAck()->request_id();
+    case wire::Body::Heartbeat:
+      return m.body_as_Heartbeat()->request_id();
+    case wire::Body::Stats:
+      return m.body_as_Stats()->request_id();
+    case wire::Body::Error:
+      return m.body_as_Error()->request_id();
+    default:
+      return 0;  // Welcome answers the Hello, request 0
   }
 }
 
 wire::InitKind ToWire(InitKind kind) {
   switch (kind) {
-    case InitKind::kZeros: return wire::InitKind::Zeros;
-    case InitKind::kUniform: return wire::InitKind::Uniform;
-    case InitKind::kNormal: return wire::InitKind::Normal;
-    case InitKind::kConstant: return wire::InitKind::Constant;
+    case InitKind::kZeros:
+      return wire::InitKind::Zeros;
+    case InitKind::kUniform:
+      return wire::InitKind::Uniform;
+    case InitKind::kNormal:
+      return wire::InitKind::Normal;
+    case InitKind::kConstant:
+      return wire::InitKind::Constant;
   }
   return wire::InitKind::Zeros;
 }
@@ -91,7 +102,7 @@ struct Client::Impl {
     std::shared_ptr<Connection> conn;
     std::mutex mu;
     std::unordered_map<uint64_t, ReplyHandler> pending;  // guarded by mu
-    bool closed = false;                                  // guarded by mu
+    bool closed = false;                                 // guarded by mu
     std::string Describe() const {
       return "shard " + std::to_string(shard_id) + " at " + address;
     }
@@ -189,8 +200,8 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
          info.block_size = w->config()->block_size();
          if (w->shard_map() && w->shard_map()->shards()) {
            for (const wire::ShardInfo* s : *w->shard_map()->shards()) {
-             info.shard_addresses.push_back(
-                 s->address() ? s->address()->str() : "");
+             info.shard_addresses.push_back(s->address() ? s->address()->str()
+                                                         : "");
            }
          }
          promise->set_value(std::move(info));
@@ -201,8 +212,8 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
                           ? " (are all --workers started?)"
                           : "";
     return Status(Code::kTimeout, "no Welcome from " + peer + " after " +
-                                      std::to_string(timeout_ms / 1000) +
-                                      " s" + why);
+                                      std::to_string(timeout_ms / 1000) + " s" +
+                                      why);
   }
   return future.get();
 }
@@ -295,20 +306,20 @@ void Client::Impl::Define(const std::string& name, bool sparse,
     auto name_offset = fbb.CreateString(name);
     auto init_offset = wire::CreateInitSpec(fbb, ToWire(init.kind), init.scale);
     OutFrame frame =
-        sparse ? FinishFrame(fbb, wire::CreateDefineTable(fbb, request,
-                                                          name_offset, dim,
-                                                          init_offset))
-               : FinishFrame(fbb, wire::CreateDefineTensor(
-                                      fbb, request, name_offset,
-                                      fbb.CreateVector(shape), init_offset));
+        sparse
+            ? FinishFrame(fbb, wire::CreateDefineTable(
+                                   fbb, request, name_offset, dim, init_offset))
+            : FinishFrame(fbb, wire::CreateDefineTensor(
+                                   fbb, request, name_offset,
+                                   fbb.CreateVector(shape), init_offset));
     Send(*link, request, std::move(frame),
          [fanout, id](const wire::Message* m, const Status& error) {
            if (m == nullptr) return fanout->Finish(error);
            const wire::DefineAck* ack = m->body_as_DefineAck();
            if (ack == nullptr) {
-             return fanout->Finish(ProtocolError("Define answered with " +
-                                                 std::string(wire::EnumNameBody(
-                                                     m->body_type()))));
+             return fanout->Finish(ProtocolError(
+                 "Define answered with " +
+                 std::string(wire::EnumNameBody(m->body_type()))));
            }
            id->store(ack->id());
            fanout->Finish(Status::Ok());
@@ -331,8 +342,9 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   c.thread = std::thread([&c] { c.io.run(); });
   auto coordinator = c.Open(0, c.options.coordinator);
   if (!coordinator.ok()) return coordinator.status();
-  auto welcome = c.Handshake(**coordinator, c.options.observer ? -1 : c.options.rank,
-                             c.options.join_timeout_ms);
+  auto welcome =
+      c.Handshake(**coordinator, c.options.observer ? -1 : c.options.rank,
+                  c.options.join_timeout_ms);
   if (!welcome.ok()) return welcome.status();
   c.welcome = *welcome;
   if (static_cast<int>(c.welcome.shard_addresses.size()) !=
@@ -458,10 +470,9 @@ void Client::PullAsync(const std::string& name, std::span<float> out,
   auto meta = c.Lookup(name, false);
   if (!meta.ok()) return done(meta.status());
   if (out.size() != meta->size) {
-    return done(InvalidArgument("pull of '" + name + "': buffer holds " +
-                                std::to_string(out.size()) +
-                                " floats, the tensor " +
-                                std::to_string(meta->size)));
+    return done(InvalidArgument(
+        "pull of '" + name + "': buffer holds " + std::to_string(out.size()) +
+        " floats, the tensor " + std::to_string(meta->size)));
   }
   const uint32_t bs = c.welcome.block_size;
   auto parts = CutBlocks(c.options.slicer, meta->id, meta->size, bs,
@@ -481,7 +492,8 @@ void Client::PullAsync(const std::string& name, std::span<float> out,
              if (m == nullptr) return fanout->Finish(e);
              const wire::PullReply* reply = m->body_as_PullReply();
              if (reply == nullptr || reply->blocks() == nullptr) {
-               return fanout->Finish(ProtocolError("pull answered without blocks"));
+               return fanout->Finish(
+                   ProtocolError("pull answered without blocks"));
              }
              for (const wire::Block* block : *reply->blocks()) {
                uint64_t first = uint64_t{block->index()} * bs;
@@ -522,7 +534,7 @@ void Client::PushAsync(const std::string& name, std::span<const float> grad,
   auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
   for (auto& [shard, blocks] : *parts) {
     uint64_t request = c.NextId();
-    flatbuffers::FlatBufferBuilder fbb(256 + blocks.size() * (bs * 4 + 32));
+    auto fbb = MakeBuilder(256 + blocks.size() * (bs * 4 + 32));
     std::vector<flatbuffers::Offset<wire::Block>> out;
     out.reserve(blocks.size());
     for (uint32_t b : blocks) {
@@ -549,9 +561,9 @@ void Client::PushAsync(const std::string& name, std::span<const float> grad,
                }
                return fanout->Finish(Status::Ok());
              }
-             fanout->Finish(ProtocolError("push answered with " +
-                                          std::string(wire::EnumNameBody(
-                                              m->body_type()))));
+             fanout->Finish(ProtocolError(
+                 "push answered with " +
+                 std::string(wire::EnumNameBody(m->body_type()))));
            });
   }
 }
@@ -561,22 +573,22 @@ Status Client::Push(const std::string& name, std::span<const float> grad) {
 }
 
 void Client::PullRowsAsync(const std::string& table,
-                           std::span<const uint64_t> keys,
-                           std::span<float> out, Callback done) {
+                           std::span<const uint64_t> keys, std::span<float> out,
+                           Callback done) {
   Impl& c = *impl_;
   auto meta = c.Lookup(table, true);
   if (!meta.ok()) return done(meta.status());
   const uint64_t dim = meta->size;
   if (out.size() != keys.size() * dim) {
-    return done(InvalidArgument(
-        "pull of rows of '" + table + "': buffer holds " +
-        std::to_string(out.size()) + " floats, need " +
-        std::to_string(keys.size() * dim)));
+    return done(InvalidArgument("pull of rows of '" + table +
+                                "': buffer holds " +
+                                std::to_string(out.size()) + " floats, need " +
+                                std::to_string(keys.size() * dim)));
   }
   if (keys.empty()) return done(Status::Ok());
-  auto parts = CutKeys(c.options.slicer, meta->id, keys,
-                       static_cast<uint32_t>(dim), c.welcome.num_shards,
-                       c.options.chunk_bytes);
+  auto parts =
+      CutKeys(c.options.slicer, meta->id, keys, static_cast<uint32_t>(dim),
+              c.welcome.num_shards, c.options.chunk_bytes);
   if (!parts.ok()) return done(parts.status());
   c.read_clock = c.clock.load();
   auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
@@ -623,22 +635,22 @@ void Client::PushRowsAsync(const std::string& table,
   if (!meta.ok()) return done(meta.status());
   const uint64_t dim = meta->size;
   if (grads.size() != keys.size() * dim) {
-    return done(InvalidArgument(
-        "push of rows to '" + table + "': gradient holds " +
-        std::to_string(grads.size()) + " floats, need " +
-        std::to_string(keys.size() * dim)));
+    return done(
+        InvalidArgument("push of rows to '" + table + "': gradient holds " +
+                        std::to_string(grads.size()) + " floats, need " +
+                        std::to_string(keys.size() * dim)));
   }
   if (keys.empty()) return done(Status::Ok());
-  auto parts = CutKeys(c.options.slicer, meta->id, keys,
-                       static_cast<uint32_t>(dim), c.welcome.num_shards,
-                       c.options.chunk_bytes);
+  auto parts =
+      CutKeys(c.options.slicer, meta->id, keys, static_cast<uint32_t>(dim),
+              c.welcome.num_shards, c.options.chunk_bytes);
   if (!parts.ok()) return done(parts.status());
   int64_t read_clock = c.options.observer ? -1 : c.read_clock.load();
   auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
   for (KeyPart& part : *parts) {
     uint64_t request = c.NextId();
     size_t n = part.keys.size() * dim;
-    flatbuffers::FlatBufferBuilder fbb(256 + part.keys.size() * 8 + n * 4);
+    auto fbb = MakeBuilder(256 + part.keys.size() * 8 + n * 4);
     auto keys_offset = fbb.CreateVector(part.keys);
     float* rows = nullptr;
     auto rows_offset = fbb.CreateUninitializedVector(n, &rows);
@@ -703,8 +715,7 @@ Result<std::vector<ShardStats>> Client::Stats() {
     for (size_t i = 0; i < c.links.size(); ++i) {
       uint64_t request = c.NextId();
       flatbuffers::FlatBufferBuilder fbb(64);
-      OutFrame frame =
-          FinishFrame(fbb, wire::CreateStatsRequest(fbb, request));
+      OutFrame frame = FinishFrame(fbb, wire::CreateStatsRequest(fbb, request));
       c.Send(*c.links[i], request, std::move(frame),
              [fanout, stats, i](const wire::Message* m, const Status& e) {
                if (m == nullptr) return fanout->Finish(e);

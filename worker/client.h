@@ -56,13 +56,13 @@ struct ClientOptions {
   // Observers (tools, tests) read and write parameters but hold no rank and
   // no clock; their pulls never wait.
   bool observer = false;
-  int rank = -1;       // worker rank to claim; -1: the coordinator picks
-  int staleness = 0;   // SSP bound: 0 is BSP, -1 fully asynchronous
-  std::string name;    // shown in shard logs
+  int rank = -1;      // worker rank to claim; -1: the coordinator picks
+  int staleness = 0;  // SSP bound: 0 is BSP, -1 fully asynchronous
+  std::string name;   // shown in shard logs
   size_t max_frame_bytes = size_t{64} << 20;
   size_t chunk_bytes = size_t{4} << 20;  // payload per request frame
-  int connect_timeout_ms = 10000;  // per shard, retrying refused connects
-  int join_timeout_ms = 600000;    // for the coordinator's Welcome
+  int connect_timeout_ms = 10000;        // per shard, retrying refused connects
+  int join_timeout_ms = 600000;          // for the coordinator's Welcome
   Slicer slicer = DefaultSlicer();
 };
 
@@ -102,13 +102,13 @@ class Client {
   // Closes every connection; requests still pending fail with kUnavailable.
   ~Client();
 
-  int rank() const;           // -1 for observers
-  int staleness() const;      // the bound the shards enforce
+  int rank() const;       // -1 for observers
+  int staleness() const;  // the bound the shards enforce
   int num_shards() const;
   int num_workers() const;
-  uint64_t seed() const;      // the run seed
+  uint64_t seed() const;  // the run seed
   uint32_t block_size() const;
-  int64_t clock() const;      // completed Clock() calls
+  int64_t clock() const;  // completed Clock() calls
 
   // Defines a dense tensor of `shape` on every shard. Idempotent; workers
   // may all define the same tensors. kShapeMismatch if it exists otherwise.
@@ -136,13 +136,11 @@ class Client {
 
   // Sparse rows: `out` / `grads` hold keys.size() * dim floats, row after
   // row in key order. Keys may repeat.
-  void PullRowsAsync(const std::string& table,
-                     std::span<const uint64_t> keys, std::span<float> out,
-                     Callback done);
+  void PullRowsAsync(const std::string& table, std::span<const uint64_t> keys,
+                     std::span<float> out, Callback done);
   Status PullRows(const std::string& table, std::span<const uint64_t> keys,
                   std::span<float> out);
-  void PushRowsAsync(const std::string& table,
-                     std::span<const uint64_t> keys,
+  void PushRowsAsync(const std::string& table, std::span<const uint64_t> keys,
                      std::span<const float> grads, Callback done);
   Status PushRows(const std::string& table, std::span<const uint64_t> keys,
                   std::span<const float> grads);

@@ -8,12 +8,11 @@
 // reads until end of stream. The sender prints "tcp_stream GB/s X" once the
 // receiver has acknowledged every byte, so the figure covers delivery, not
 // just the send buffer.
+#include <boost/asio.hpp>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <vector>
-
-#include <boost/asio.hpp>
 
 #include "schema/flags.h"
 
@@ -66,9 +65,9 @@ int main(int argc, char** argv) {
     socket.shutdown(tcp::socket::shutdown_send);
     char ack = 0;
     asio::read(socket, asio::buffer(&ack, 1));
-    double secs = std::chrono::duration<double>(
-                      std::chrono::steady_clock::now() - start)
-                      .count();
+    double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     std::printf("tcp_stream GB/s %.3f\n", sent / secs / 1e9);
     return 0;
   } catch (const std::exception& e) {
