@@ -151,8 +151,12 @@ void Connection::DoWrite() {
     return;
   }
   writing_ = true;
-  const OutFrame& front = queue_.front();
-  asio::async_write(socket_, asio::buffer(front->data(), front->size()),
+  // A frame with spliced payloads goes out as one gathered write.
+  std::vector<asio::const_buffer> pieces;
+  pieces.reserve(2 * queue_.front()->splices().size() + 1);
+  queue_.front()->ForEachPiece(
+      [&pieces](const uint8_t* p, size_t n) { pieces.emplace_back(p, n); });
+  asio::async_write(socket_, std::move(pieces),
                     asio::bind_executor(strand_, [self = shared_from_this()](
                                                      auto ec, size_t n) {
                       self->OnWrite(ec, n);

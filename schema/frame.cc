@@ -57,11 +57,51 @@ Result<uint32_t> ParseFrameHeader(const uint8_t header[kFrameHeaderBytes],
   return n;
 }
 
+std::vector<uint8_t> OutBuffer::Flatten() const {
+  std::vector<uint8_t> out;
+  out.reserve(size());
+  ForEachPiece(
+      [&out](const uint8_t* p, size_t n) { out.insert(out.end(), p, p + n); });
+  return out;
+}
+
 OutFrame FinishFrame(flatbuffers::FlatBufferBuilder& fbb, wire::Body type,
                      flatbuffers::Offset<void> body) {
   auto message = wire::CreateMessage(fbb, type, body);
   wire::FinishSizePrefixedMessageBuffer(fbb, message);
-  return std::make_shared<const flatbuffers::DetachedBuffer>(fbb.Release());
+  return std::make_shared<const OutBuffer>(
+      fbb.Release(), std::vector<OutBuffer::Splice>{},
+      std::vector<std::shared_ptr<const void>>{});
+}
+
+flatbuffers::Offset<flatbuffers::Vector<float>> FrameSplicer::AddFloats(
+    std::span<const float> values, std::shared_ptr<const void> owner) {
+  float* reserved = nullptr;
+  auto offset = fbb_.CreateUninitializedVector(values.size(), &reserved);
+  // The builder grows toward the front, so a distance from the end stays
+  // valid through later growth and Finish.
+  const uint8_t* end = fbb_.GetBufferPointer() + fbb_.GetSize();
+  pending_.push_back(
+      {static_cast<size_t>(end - reinterpret_cast<const uint8_t*>(reserved)),
+       reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes()});
+  if (owner) owners_.push_back(std::move(owner));
+  return offset;
+}
+
+OutFrame FrameSplicer::Finish(wire::Body type, flatbuffers::Offset<void> body) {
+  auto message = wire::CreateMessage(fbb_, type, body);
+  wire::FinishSizePrefixedMessageBuffer(fbb_, message);
+  flatbuffers::DetachedBuffer buffer = fbb_.Release();
+  std::vector<OutBuffer::Splice> splices;
+  splices.reserve(pending_.size());
+  // Created front to back in call order, so they lie back to front.
+  for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
+    if (it->size == 0) continue;
+    splices.push_back({buffer.size() - it->from_end, it->data, it->size});
+  }
+  pending_.clear();
+  return std::make_shared<const OutBuffer>(
+      std::move(buffer), std::move(splices), std::move(owners_));
 }
 
 wire::ErrorCode ToWireCode(Code code) {

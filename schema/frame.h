@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "flatbuffers/flatbuffers.h"
 #include "schema/buffer_pool.h"
@@ -69,8 +71,54 @@ inline flatbuffers::FlatBufferBuilder MakeBuilder(size_t expected_bytes) {
                                         &PooledAllocator::Instance());
 }
 
-// An outgoing frame, immutable once built, shared by every send of it.
-using OutFrame = std::shared_ptr<const flatbuffers::DetachedBuffer>;
+// An outgoing frame: one finished FlatBuffer, immutable once built and
+// shared by every send of it. Some byte ranges ("splices") may be sent from
+// memory elsewhere instead of from the buffer, so that large float payloads
+// (a worker's gradient, a shard's weights) go out without being copied into
+// the builder; the frame keeps that memory alive through `owners`, or the
+// caller promises it outlives the send.
+class OutBuffer {
+ public:
+  struct Splice {
+    size_t offset = 0;  // into the frame
+    const uint8_t* data = nullptr;
+    size_t size = 0;
+  };
+
+  OutBuffer(flatbuffers::DetachedBuffer buffer, std::vector<Splice> splices,
+            std::vector<std::shared_ptr<const void>> owners)
+      : buffer_(std::move(buffer)),
+        splices_(std::move(splices)),
+        owners_(std::move(owners)) {}
+
+  size_t size() const { return buffer_.size(); }
+  // The frame's bytes; the spliced ranges hold no payload here.
+  const uint8_t* data() const { return buffer_.data(); }
+  // Spliced ranges in increasing offset order, not overlapping.
+  const std::vector<Splice>& splices() const { return splices_; }
+
+  // Calls f(pointer, size) for each piece of the frame in order: together
+  // they are the bytes to send.
+  template <typename F>
+  void ForEachPiece(F&& f) const {
+    size_t at = 0;
+    for (const Splice& s : splices_) {
+      if (s.offset > at) f(buffer_.data() + at, s.offset - at);
+      f(s.data, s.size);
+      at = s.offset + s.size;
+    }
+    if (at < buffer_.size()) f(buffer_.data() + at, buffer_.size() - at);
+  }
+  // The whole frame as contiguous bytes (for tests and tools).
+  std::vector<uint8_t> Flatten() const;
+
+ private:
+  flatbuffers::DetachedBuffer buffer_;
+  std::vector<Splice> splices_;
+  std::vector<std::shared_ptr<const void>> owners_;
+};
+
+using OutFrame = std::shared_ptr<const OutBuffer>;
 
 // Finishes `fbb` as a frame whose Message body is `body` of type `type`.
 OutFrame FinishFrame(flatbuffers::FlatBufferBuilder& fbb, wire::Body type,
@@ -81,6 +129,36 @@ OutFrame FinishFrame(flatbuffers::FlatBufferBuilder& fbb,
                      flatbuffers::Offset<T> body) {
   return FinishFrame(fbb, wire::BodyTraits<T>::enum_value, body.Union());
 }
+
+// Builds a frame whose float vectors are spliced in from elsewhere rather
+// than copied. Use one per builder; not thread-safe.
+class FrameSplicer {
+ public:
+  explicit FrameSplicer(flatbuffers::FlatBufferBuilder& fbb) : fbb_(fbb) {}
+
+  // Reserves a float vector of values.size() in the builder and records
+  // that its bytes are sent from `values`, which must stay valid and
+  // unchanged until the frame is written (or be owned by `owner`).
+  flatbuffers::Offset<flatbuffers::Vector<float>> AddFloats(
+      std::span<const float> values,
+      std::shared_ptr<const void> owner = nullptr);
+
+  template <typename T>
+  OutFrame Finish(flatbuffers::Offset<T> body) {
+    return Finish(wire::BodyTraits<T>::enum_value, body.Union());
+  }
+  OutFrame Finish(wire::Body type, flatbuffers::Offset<void> body);
+
+ private:
+  struct Pending {
+    size_t from_end;  // distance of the data from the buffer's end
+    const uint8_t* data;
+    size_t size;
+  };
+  flatbuffers::FlatBufferBuilder& fbb_;
+  std::vector<Pending> pending_;
+  std::vector<std::shared_ptr<const void>> owners_;
+};
 
 // The wire code for a Status code, and back.
 wire::ErrorCode ToWireCode(Code code);

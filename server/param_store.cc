@@ -84,10 +84,20 @@ uint32_t NameId(const std::string& name) {
 struct ParamStore::Block {
   uint64_t step = 0;
   uint32_t len = 0;
-  std::vector<float> data;  // len weights, then the slots
+  // Shared with frames being sent (see ShareBlock); copied before a write
+  // while anyone else holds it.
+  std::shared_ptr<float[]> weights_owner;
+  std::vector<float> slots_data;
 
-  std::span<float> weights() { return {data.data(), len}; }
-  std::span<float> slots() { return std::span<float>(data).subspan(len); }
+  std::span<float> weights() { return {weights_owner.get(), len}; }
+  std::span<float> slots() { return slots_data; }
+  // Makes the weights exclusively ours before they change.
+  void Unshare() {
+    if (weights_owner.use_count() <= 1) return;
+    std::shared_ptr<float[]> copy(new float[len]);
+    std::memcpy(copy.get(), weights_owner.get(), size_t{len} * sizeof(float));
+    weights_owner = std::move(copy);
+  }
 };
 
 struct ParamStore::Tensor {
@@ -116,8 +126,9 @@ struct ParamStore::Tensor {
     if (inserted) {
       b.len = BlockLen(block, block_size);
       const size_t floats = size_t{b.len} * (1 + slots_per_weight);
+      b.weights_owner.reset(new float[b.len]);
       // Value-initialized, so the slots start at zero.
-      b.data.resize(floats);
+      b.slots_data.resize(size_t{b.len} * slots_per_weight);
       FillInitial(init, seed, id, uint64_t{block} * block_size, b.weights());
       floats_held += floats;
     }
@@ -295,6 +306,15 @@ Result<std::span<const float>> ParamStore::ReadBlock(uint32_t tensor,
   return std::span<const float>(b.weights());
 }
 
+Result<ParamStore::SharedBlock> ParamStore::ShareBlock(uint32_t tensor,
+                                                       uint32_t block) {
+  Result<Tensor*> t = FindBlock(tensor, block);
+  if (!t.ok()) return t.status();
+  Block& b =
+      (*t)->Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
+  return SharedBlock{b.weights_owner, std::span<const float>(b.weights())};
+}
+
 Status ParamStore::ApplyBlock(uint32_t tensor, uint32_t block,
                               std::span<const float> grad, float lr_scale) {
   Result<Tensor*> found = FindBlock(tensor, block);
@@ -309,6 +329,7 @@ Status ParamStore::ApplyBlock(uint32_t tensor, uint32_t block,
                            std::to_string(grad.size()));
   }
   Block& b = t.Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
+  b.Unshare();
   ++b.step;
   optimizer_.Apply(b.weights(), b.slots(), grad, b.step, lr_scale);
   return Status::Ok();

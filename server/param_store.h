@@ -48,6 +48,16 @@ class ParamStore {
   // kNotFound for an unknown tensor, kInvalidArgument for a block index past
   // the end. Blocks hold block_size() floats except the last.
   Result<std::span<const float>> ReadBlock(uint32_t tensor, uint32_t block);
+  // The weights of a block as a read-only snapshot: `values` stays valid
+  // and unchanged for as long as `owner` is held, because a later push
+  // copies the block before writing (copy on write). Lets a shard send
+  // weights without copying them. Same errors as ReadBlock.
+  struct SharedBlock {
+    std::shared_ptr<const void> owner;
+    std::span<const float> values;
+  };
+  Result<SharedBlock> ShareBlock(uint32_t tensor, uint32_t block);
+
   // Applies `grad` (exactly the block's length, else kInvalidArgument) with
   // the optimizer at rate lr * lr_scale.
   Status ApplyBlock(uint32_t tensor, uint32_t block,

@@ -146,14 +146,17 @@ OutFrame Shard::BuildPullReply(uint64_t request_id, uint32_t tensor,
     b.add_min_clock(clocks_.min_clock());
     return FinishFrame(fbb, b.Finish());
   }
-  size_t bytes = 256 + blocks.size() * (settings_.block_size * 4 + 32);
-  auto fbb = MakeBuilder(bytes);
+  // Only the metadata is built here; the weights go out straight from the
+  // store, kept unchanged by ShareBlock until the reply has been written.
+  auto fbb =
+      MakeBuilder(1024 + blocks.size() * (settings_.block_size * 4 + 32));
+  FrameSplicer splicer(fbb);
   std::vector<flatbuffers::Offset<wire::Block>> out;
   out.reserve(blocks.size());
   for (uint32_t index : blocks) {
-    auto w = store_.ReadBlock(tensor, index);
-    if (!w.ok()) return MakeErrorFrame(request_id, w.status());
-    auto values = fbb.CreateVector(w->data(), w->size());
+    auto shared = store_.ShareBlock(tensor, index);
+    if (!shared.ok()) return MakeErrorFrame(request_id, shared.status());
+    auto values = splicer.AddFloats(shared->values, std::move(shared->owner));
     out.push_back(wire::CreateBlock(fbb, index, values));
   }
   auto blocks_offset = fbb.CreateVector(out);
@@ -161,7 +164,7 @@ OutFrame Shard::BuildPullReply(uint64_t request_id, uint32_t tensor,
   b.add_request_id(request_id);
   b.add_blocks(blocks_offset);
   b.add_min_clock(clocks_.min_clock());
-  return FinishFrame(fbb, b.Finish());
+  return splicer.Finish(b.Finish());
 }
 
 Status Shard::CheckDensePush(const wire::Push& m) {

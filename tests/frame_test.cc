@@ -206,7 +206,9 @@ TEST(Frame, MessageWithoutBodyRejected) {
   flatbuffers::FlatBufferBuilder fbb;
   auto message = wire::CreateMessage(fbb);
   wire::FinishSizePrefixedMessageBuffer(fbb, message);
-  auto out = std::make_shared<const flatbuffers::DetachedBuffer>(fbb.Release());
+  auto out = std::make_shared<const OutBuffer>(
+      fbb.Release(), std::vector<OutBuffer::Splice>{},
+      std::vector<std::shared_ptr<const void>>{});
   Frame frame = Receive(out);
   Status s = frame.Verify();
   EXPECT_EQ(s.code(), Code::kBadFrame);
@@ -233,6 +235,31 @@ TEST(Frame, PooledBuilderFrameRoundTrips) {
     EXPECT_EQ(hello->role(), wire::Role::Observer);
     EXPECT_EQ(hello->client_name()->str(), name);
   }
+}
+
+TEST(Frame, SplicedPayloadSendsSameBytesAsCopied) {
+  std::vector<float> a(1000), b(70000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.5f * i;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = -1.0f * i;
+  auto build = [&](bool splice) {
+    auto fbb = MakeBuilder(512);  // small: forces the builder to grow
+    FrameSplicer splicer(fbb);
+    std::vector<flatbuffers::Offset<wire::Block>> blocks;
+    for (auto* v : {&a, &b}) {
+      auto values = splice ? splicer.AddFloats(*v) : fbb.CreateVector(*v);
+      blocks.push_back(wire::CreateBlock(fbb, blocks.size(), values));
+    }
+    auto offset = fbb.CreateVector(blocks);
+    wire::PushBuilder pb(fbb);
+    pb.add_request_id(9);
+    pb.add_blocks(offset);
+    return splice ? splicer.Finish(pb.Finish()) : FinishFrame(fbb, pb.Finish());
+  };
+  OutFrame spliced = build(true);
+  OutFrame copied = build(false);
+  EXPECT_EQ(spliced->splices().size(), 2u);
+  EXPECT_TRUE(copied->splices().empty());
+  EXPECT_EQ(spliced->Flatten(), copied->Flatten());
 }
 
 TEST(Frame, EmptyFrameFailsVerification) {

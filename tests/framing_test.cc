@@ -130,9 +130,7 @@ class RawPeer {
   tcp::socket socket_;
 };
 
-std::vector<uint8_t> Bytes(const flatbuffers::DetachedBuffer& buffer) {
-  return {buffer.data(), buffer.data() + buffer.size()};
-}
+std::vector<uint8_t> Bytes(const OutBuffer& buffer) { return buffer.Flatten(); }
 
 std::vector<uint8_t> HelloFrame(uint32_t version,
                                 const std::string& client_name = "raw test") {

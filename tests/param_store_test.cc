@@ -449,3 +449,35 @@ TEST(Initializer, ConstantGivesTheConstantAndZerosGivesZero) {
 
 }  // namespace
 }  // namespace tether
+
+namespace tether {
+namespace {
+
+TEST(ParamStoreSharing, SharedBlockUnchangedByLaterPush) {
+  OptimizerOptions sgd;
+  sgd.kind = OptimizerKind::kSgd;
+  sgd.lr = 1.0f;
+  ParamStore store(7, 4, sgd);
+  auto id = store.DefineTensor("w", {6}, {});
+  ASSERT_TRUE(id.ok());
+  auto shared = store.ShareBlock(*id, 0);
+  ASSERT_TRUE(shared.ok());
+  ASSERT_EQ(shared->values.size(), 4u);
+  std::vector<float> grad = {-1, -2, -3, -4};
+  ASSERT_TRUE(store.ApplyBlock(*id, 0, grad).ok());
+  // The snapshot a frame is still sending keeps the old values...
+  for (float v : shared->values) EXPECT_EQ(v, 0.0f);
+  // ...while the store moved on.
+  auto now = store.ReadBlock(*id, 0);
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(std::vector<float>(now->begin(), now->end()),
+            (std::vector<float>{1, 2, 3, 4}));
+  // Once released, the block is updated in place again.
+  shared->owner.reset();
+  ASSERT_TRUE(store.ApplyBlock(*id, 0, grad).ok());
+  now = store.ReadBlock(*id, 0);
+  EXPECT_EQ((*now)[3], 8.0f);
+}
+
+}  // namespace
+}  // namespace tether

@@ -122,7 +122,7 @@ struct Client::Impl {
       if (link->conn) link->conn->Close();
     }
     work.reset();
-    if (thread.joinable()) thread.join();
+    for (std::thread& t : threads) t.join();
   }
 
   Result<Link*> Open(int shard_id, const std::string& address);
@@ -140,7 +140,7 @@ struct Client::Impl {
   const ClientOptions options;
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work;
-  std::thread thread;
+  std::vector<std::thread> threads;
   std::vector<std::unique_ptr<Link>> links;
   std::atomic<uint64_t> next_id{1};
   WelcomeInfo welcome;
@@ -334,12 +334,17 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.coordinator.empty()) {
     return InvalidArgument("coordinator: no address given");
   }
+  if (options.io_threads < 1) {
+    return InvalidArgument("io_threads: must be at least 1");
+  }
   if (options.chunk_bytes < 1024) {
     return InvalidArgument("chunk_bytes: must be at least 1024");
   }
   auto impl = std::make_unique<Impl>(std::move(options));
   Impl& c = *impl;
-  c.thread = std::thread([&c] { c.io.run(); });
+  for (int i = 0; i < c.options.io_threads; ++i) {
+    c.threads.emplace_back([&c] { c.io.run(); });
+  }
   auto coordinator = c.Open(0, c.options.coordinator);
   if (!coordinator.ok()) return coordinator.status();
   auto welcome =
@@ -535,12 +540,15 @@ void Client::PushAsync(const std::string& name, std::span<const float> grad,
   for (auto& [shard, blocks] : *parts) {
     uint64_t request = c.NextId();
     auto fbb = MakeBuilder(256 + blocks.size() * (bs * 4 + 32));
+    // The gradient is sent from the caller's buffer, which stays valid
+    // until `done` runs (after every part is acknowledged).
+    FrameSplicer splicer(fbb);
     std::vector<flatbuffers::Offset<wire::Block>> out;
     out.reserve(blocks.size());
     for (uint32_t b : blocks) {
       uint64_t first = uint64_t{b} * bs;
       uint64_t n = std::min<uint64_t>(bs, meta->size - first);
-      auto values = fbb.CreateVector(grad.data() + first, n);
+      auto values = splicer.AddFloats(grad.subspan(first, n));
       out.push_back(wire::CreateBlock(fbb, b, values));
     }
     auto blocks_offset = fbb.CreateVector(out);
@@ -549,7 +557,7 @@ void Client::PushAsync(const std::string& name, std::span<const float> grad,
     pb.add_tensor(meta->id);
     pb.add_read_clock(read_clock);
     pb.add_blocks(blocks_offset);
-    OutFrame frame = FinishFrame(fbb, pb.Finish());
+    OutFrame frame = splicer.Finish(pb.Finish());
     c.Send(*c.links[shard], request, std::move(frame),
            [this, fanout](const wire::Message* m, const Status& e) {
              if (m == nullptr) return fanout->Finish(e);

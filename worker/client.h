@@ -17,8 +17,8 @@
 // `chunk_bytes`), sent at once, and completes when every part has answered.
 //
 // Each operation has an asynchronous form taking a callback, which runs on
-// the client's I/O thread (keep it short; never call a blocking form from
-// it), and a blocking form returning the Status. Buffers passed to an
+// one of the client's I/O threads (keep it short; never call a blocking
+// form from it), and a blocking form returning the Status. Buffers passed to an
 // asynchronous call must stay valid until its callback has run.
 //
 // Thread-safe: requests may be issued from several threads. A worker's
@@ -63,6 +63,9 @@ struct ClientOptions {
   size_t chunk_bytes = size_t{4} << 20;  // payload per request frame
   int connect_timeout_ms = 10000;        // per shard, retrying refused connects
   int join_timeout_ms = 600000;          // for the coordinator's Welcome
+  // Threads that send, receive and copy replies; connections to different
+  // shards proceed in parallel on different threads.
+  int io_threads = 2;
   Slicer slicer = DefaultSlicer();
 };
 
