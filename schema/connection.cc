@@ -156,7 +156,7 @@ void Connection::DoWrite() {
   pieces.reserve(2 * queue_.front()->splices().size() + 1);
   queue_.front()->ForEachPiece(
       [&pieces](const uint8_t* p, size_t n) { pieces.emplace_back(p, n); });
-  asio::async_write(socket_, std::move(pieces),
+  asio::async_write(socket_, pieces,
                     asio::bind_executor(strand_, [self = shared_from_this()](
                                                      auto ec, size_t n) {
                       self->OnWrite(ec, n);

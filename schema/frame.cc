@@ -146,9 +146,7 @@ Code FromWireCode(wire::ErrorCode code) {
     case wire::ErrorCode::VersionMismatch:
       return Code::kVersionMismatch;
     case wire::ErrorCode::HelloRequired:
-      return Code::kProtocol;
     case wire::ErrorCode::AuthFailed:
-      return Code::kProtocol;
     case wire::ErrorCode::Protocol:
       return Code::kProtocol;
     case wire::ErrorCode::Timeout:

@@ -136,6 +136,7 @@ OutFrame Coordinator::MakeWelcome(int rank, int staleness) const {
   flatbuffers::Offset<wire::ShardMap> map;
   if (MapComplete()) {
     std::vector<flatbuffers::Offset<wire::ShardInfo>> shards;
+    shards.reserve(settings_.num_shards);
     for (int i = 0; i < settings_.num_shards; ++i) {
       shards.push_back(
           wire::CreateShardInfo(fbb, i, fbb.CreateString(shard_addresses_[i])));

@@ -17,9 +17,13 @@ Server::Server(ServerOptions options)
 }
 
 Server::~Server() {
-  Stop();
-  for (std::thread& t : threads_) {
-    if (t.joinable()) t.join();
+  try {
+    Stop();
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  } catch (const std::exception& e) {
+    TETHER_LOG(kError) << "shutdown failed: " << e.what();
   }
 }
 

@@ -295,6 +295,7 @@ OutFrame Shard::MakeStats(uint64_t request_id) {
   std::lock_guard lock(mu_);
   flatbuffers::FlatBufferBuilder fbb(1024);
   std::vector<flatbuffers::Offset<wire::WorkerStat>> workers;
+  workers.reserve(clocks_.num_workers());
   for (int r = 0; r < clocks_.num_workers(); ++r) {
     workers.push_back(wire::CreateWorkerStat(
         fbb, r, clocks_.clock(r), staleness_bound_[r], connected_[r]));

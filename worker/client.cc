@@ -384,7 +384,9 @@ void Client::DefineTensorAsync(const std::string& name,
 
 Status Client::DefineTensor(const std::string& name,
                             const std::vector<uint64_t>& shape, Init init) {
-  return Wait([&](Callback cb) { DefineTensorAsync(name, shape, init, cb); });
+  return Wait([&](Callback cb) {
+    DefineTensorAsync(name, shape, init, std::move(cb));
+  });
 }
 
 void Client::DefineTableAsync(const std::string& name, uint32_t dim, Init init,
@@ -393,7 +395,8 @@ void Client::DefineTableAsync(const std::string& name, uint32_t dim, Init init,
 }
 
 Status Client::DefineTable(const std::string& name, uint32_t dim, Init init) {
-  return Wait([&](Callback cb) { DefineTableAsync(name, dim, init, cb); });
+  return Wait(
+      [&](Callback cb) { DefineTableAsync(name, dim, init, std::move(cb)); });
 }
 
 namespace {
@@ -517,7 +520,7 @@ void Client::PullAsync(const std::string& name, std::span<float> out,
 }
 
 Status Client::Pull(const std::string& name, std::span<float> out) {
-  return Wait([&](Callback cb) { PullAsync(name, out, cb); });
+  return Wait([&](Callback cb) { PullAsync(name, out, std::move(cb)); });
 }
 
 void Client::PushAsync(const std::string& name, std::span<const float> grad,
@@ -577,7 +580,7 @@ void Client::PushAsync(const std::string& name, std::span<const float> grad,
 }
 
 Status Client::Push(const std::string& name, std::span<const float> grad) {
-  return Wait([&](Callback cb) { PushAsync(name, grad, cb); });
+  return Wait([&](Callback cb) { PushAsync(name, grad, std::move(cb)); });
 }
 
 void Client::PullRowsAsync(const std::string& table,
@@ -632,7 +635,8 @@ void Client::PullRowsAsync(const std::string& table,
 
 Status Client::PullRows(const std::string& table,
                         std::span<const uint64_t> keys, std::span<float> out) {
-  return Wait([&](Callback cb) { PullRowsAsync(table, keys, out, cb); });
+  return Wait(
+      [&](Callback cb) { PullRowsAsync(table, keys, out, std::move(cb)); });
 }
 
 void Client::PushRowsAsync(const std::string& table,
@@ -687,7 +691,8 @@ void Client::PushRowsAsync(const std::string& table,
 Status Client::PushRows(const std::string& table,
                         std::span<const uint64_t> keys,
                         std::span<const float> grads) {
-  return Wait([&](Callback cb) { PushRowsAsync(table, keys, grads, cb); });
+  return Wait(
+      [&](Callback cb) { PushRowsAsync(table, keys, grads, std::move(cb)); });
 }
 
 void Client::ClockAsync(Callback done) {
@@ -712,7 +717,7 @@ void Client::ClockAsync(Callback done) {
 }
 
 Status Client::Clock() {
-  return Wait([&](Callback cb) { ClockAsync(cb); });
+  return Wait([&](Callback cb) { ClockAsync(std::move(cb)); });
 }
 
 Result<std::vector<ShardStats>> Client::Stats() {
