@@ -71,7 +71,7 @@ Status Server::Start() {
   });
   if (options_.shard_id == 0) {
     RunSettings settings = SettingsFromOptions(options_);
-    shard_ = std::make_unique<Shard>(0, settings);
+    shard_ = std::make_unique<Shard>(0, settings, options_.max_frame_bytes);
     coordinator_ = std::make_unique<Coordinator>(settings, address_);
   } else {
     TETHER_RETURN_IF_ERROR(RegisterWithCoordinator());
@@ -137,7 +137,8 @@ Status Server::RegisterWithCoordinator() {
                            " but the coordinator runs " +
                            std::to_string(settings->num_shards));
   }
-  shard_ = std::make_unique<Shard>(options_.shard_id, *settings);
+  shard_ = std::make_unique<Shard>(options_.shard_id, *settings,
+                                   options_.max_frame_bytes);
   return Status::Ok();
 }
 

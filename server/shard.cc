@@ -44,9 +44,10 @@ std::vector<T> ToVector(const flatbuffers::Vector<T>* v) {
 
 }  // namespace
 
-Shard::Shard(int shard_id, RunSettings settings)
+Shard::Shard(int shard_id, RunSettings settings, size_t max_frame_bytes)
     : shard_id_(shard_id),
       settings_(settings),
+      max_frame_bytes_(max_frame_bytes),
       store_(settings.seed, settings.block_size, settings.optimizer),
       clocks_(settings.num_workers),
       connected_(settings.num_workers, false),
@@ -104,6 +105,10 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
                    const std::shared_ptr<Connection>& conn) {
   std::vector<uint32_t> blocks = ToVector(m.blocks());
   std::vector<uint64_t> keys = ToVector(m.keys());
+  if (Status s = CheckReplySize(m.sparse(), m.tensor(), blocks, keys.size());
+      !s.ok()) {
+    return conn->Send(MakeErrorFrame(m.request_id(), s));
+  }
   std::lock_guard lock(mu_);
   ++pulls_;
   bool is_worker = peer.role == wire::Role::Worker;
@@ -165,6 +170,37 @@ OutFrame Shard::BuildPullReply(uint64_t request_id, uint32_t tensor,
   b.add_blocks(blocks_offset);
   b.add_min_clock(clocks_.min_clock());
   return splicer.Finish(b.Finish());
+}
+
+Status Shard::CheckReplySize(bool sparse, uint32_t tensor,
+                             const std::vector<uint32_t>& blocks, size_t keys) {
+  uint64_t floats = 0;
+  {
+    std::lock_guard lock(mu_);
+    if (sparse) {
+      auto dim = store_.TableDim(tensor);
+      if (!dim.ok()) return dim.status();
+      floats = uint64_t{*dim} * keys;
+    } else {
+      auto size = store_.TensorSize(tensor);
+      if (!size.ok()) return size.status();
+      const uint64_t bs = settings_.block_size;
+      for (uint32_t b : blocks) {
+        uint64_t first = uint64_t{b} * bs;
+        if (first < *size) floats += std::min(bs, *size - first);
+      }
+    }
+  }
+  // Per block or row: a table, an offset and a vector length.
+  uint64_t bytes = floats * sizeof(float) + (blocks.size() + keys) * 16 + 1024;
+  if (bytes > max_frame_bytes_) {
+    return InvalidArgument(
+        "pull of " + std::to_string(sparse ? keys : blocks.size()) +
+        (sparse ? " rows" : " blocks") + " would need a reply of " +
+        std::to_string(bytes) + " bytes, over the frame limit of " +
+        std::to_string(max_frame_bytes_) + "; pull in smaller requests");
+  }
+  return Status::Ok();
 }
 
 Status Shard::CheckDensePush(const wire::Push& m) {

@@ -34,7 +34,10 @@ class Shard {
   // Pushes with staleness >= this land in the last histogram bucket.
   static constexpr int kStalenessBuckets = 17;
 
-  Shard(int shard_id, RunSettings settings);
+  // Pull replies that would exceed `max_frame_bytes` are refused, so a
+  // peer cannot make the shard build a frame nobody can receive.
+  Shard(int shard_id, RunSettings settings,
+        size_t max_frame_bytes = kDefaultMaxFrameBytes);
 
   int shard_id() const { return shard_id_; }
   const RunSettings& settings() const { return settings_; }
@@ -67,12 +70,15 @@ class Shard {
   OutFrame BuildPullReply(uint64_t request_id, uint32_t tensor, bool sparse,
                           const std::vector<uint32_t>& blocks,
                           const std::vector<uint64_t>& keys);
+  Status CheckReplySize(bool sparse, uint32_t tensor,
+                        const std::vector<uint32_t>& blocks, size_t keys);
   Status CheckDensePush(const wire::Push& m);
   Status CheckSparsePush(const wire::Push& m);
 
   // Constant after construction.
   const int shard_id_;
   const RunSettings settings_;
+  const size_t max_frame_bytes_;
 
   std::mutex mu_;
   // Guarded by mu_.

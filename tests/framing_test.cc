@@ -497,3 +497,33 @@ TEST_F(Framing, BadFramesToSecondShardLeaveItServing) {
 
 }  // namespace
 }  // namespace tether
+
+namespace tether::testing {
+namespace {
+
+TEST(PullLimits, ReplyLargerThanFrameLimitRefused) {
+  TempDir dir;
+  ClusterOptions options;
+  options.extra_flags = {"--max-frame-bytes", "65536"};
+  auto cluster = Cluster::Start(options, dir.path());
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  ClientOptions o;
+  o.coordinator = (*cluster)->coordinator();
+  o.observer = true;
+  auto client = Client::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_TRUE((*client)->DefineTensor("big", {100000}).ok());
+  std::vector<float> big(100000);
+  Status s = (*client)->Pull("big", big);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("over the frame limit of 65536"),
+            std::string::npos)
+      << s.message();
+  // A pull that fits is still answered on the same connection.
+  ASSERT_TRUE((*client)->DefineTensor("small", {1000}).ok());
+  std::vector<float> small(1000);
+  EXPECT_TRUE((*client)->Pull("small", small).ok());
+}
+
+}  // namespace
+}  // namespace tether::testing
