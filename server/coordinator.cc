@@ -4,8 +4,10 @@
 
 namespace tether {
 
-Coordinator::Coordinator(RunSettings settings, std::string own_address)
+Coordinator::Coordinator(RunSettings settings, std::string own_address,
+                         std::function<int64_t(int rank)> worker_clock)
     : settings_(settings),
+      worker_clock_(std::move(worker_clock)),
       shard_addresses_(settings.num_shards),
       shard_conns_(settings.num_shards, nullptr),
       worker_conns_(settings.num_workers, nullptr) {
@@ -145,6 +147,7 @@ OutFrame Coordinator::MakeWelcome(int rank, int staleness) const {
   }
   wire::WelcomeBuilder b(fbb);
   b.add_rank(rank);
+  if (rank >= 0) b.add_clock(worker_clock_(rank));
   b.add_staleness(staleness);
   b.add_shard_id(0);
   b.add_config(config);

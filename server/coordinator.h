@@ -10,6 +10,7 @@
 // out through the peers' Connections.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,8 +23,10 @@ namespace tether {
 
 class Coordinator {
  public:
-  // `own_address`: where shard 0 itself is reached by workers.
-  Coordinator(RunSettings settings, std::string own_address);
+  // `own_address`: where shard 0 itself is reached by workers;
+  // `worker_clock` tells a (re)joining worker's clock on shard 0.
+  Coordinator(RunSettings settings, std::string own_address,
+              std::function<int64_t(int rank)> worker_clock);
 
   // A shard's Hello. Answers Welcome (with the run settings) or an Error,
   // e.g. for an id out of range or one already held by a live shard.
@@ -55,6 +58,7 @@ class Coordinator {
   OutFrame MakeWelcome(int rank, int staleness) const;
 
   const RunSettings settings_;
+  const std::function<int64_t(int rank)> worker_clock_;
 
   mutable std::mutex mu_;
   // Guarded by mu_.

@@ -72,7 +72,10 @@ Status Server::Start() {
   if (options_.shard_id == 0) {
     RunSettings settings = SettingsFromOptions(options_);
     shard_ = std::make_unique<Shard>(0, settings, options_.max_frame_bytes);
-    coordinator_ = std::make_unique<Coordinator>(settings, address_);
+    Shard* shard = shard_.get();
+    coordinator_ = std::make_unique<Coordinator>(
+        settings, address_,
+        [shard](int rank) { return shard->WorkerClock(rank); });
   } else {
     TETHER_RETURN_IF_ERROR(RegisterWithCoordinator());
   }

@@ -104,6 +104,7 @@ OutFrame Session::MakeWelcome(int rank, int staleness) const {
   auto config = WriteRunConfig(fbb, shard_->settings());
   wire::WelcomeBuilder b(fbb);
   b.add_rank(rank);
+  if (rank >= 0) b.add_clock(shard_->WorkerClock(rank));
   b.add_staleness(staleness);
   b.add_shard_id(shard_->shard_id());
   b.add_config(config);

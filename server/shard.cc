@@ -51,7 +51,8 @@ Shard::Shard(int shard_id, RunSettings settings, size_t max_frame_bytes)
       store_(settings.seed, settings.block_size, settings.optimizer),
       clocks_(settings.num_workers),
       connected_(settings.num_workers, false),
-      staleness_bound_(settings.num_workers, -1) {}
+      staleness_bound_(settings.num_workers, -1),
+      reports_(settings.num_workers) {}
 
 void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
                    const std::shared_ptr<Connection>& conn) {
@@ -72,6 +73,8 @@ void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
       return conn->Send(FinishFrame(
           fbb, wire::CreateHeartbeat(fbb, hb->request_id(), hb->unix_ms())));
     }
+    case wire::Body::WorkerReport:
+      return OnReport(peer, *message.body_as_WorkerReport(), *conn);
     case wire::Body::StatsRequest:
       return conn->Send(
           MakeStats(message.body_as_StatsRequest()->request_id()));
@@ -315,10 +318,39 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
 
 void Shard::SetWorkerConnected(int rank, bool connected, int staleness) {
   std::lock_guard lock(mu_);
-  if (rank >= 0 && rank < static_cast<int>(connected_.size())) {
-    connected_[rank] = connected;
-    staleness_bound_[rank] = staleness;
+  if (rank < 0 || rank >= static_cast<int>(connected_.size())) return;
+  connected_[rank] = connected;
+  staleness_bound_[rank] = staleness;
+  for (auto& release : clocks_.SetLive(rank, connected)) release();
+}
+
+int64_t Shard::WorkerClock(int rank) {
+  std::lock_guard lock(mu_);
+  return rank >= 0 && rank < clocks_.num_workers() ? clocks_.clock(rank) : 0;
+}
+
+void Shard::OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
+                     Connection& conn) {
+  if (peer.role != wire::Role::Worker) {
+    return conn.Send(MakeErrorFrame(
+        m.request_id(), ProtocolError("only workers send reports")));
   }
+  {
+    std::lock_guard lock(mu_);
+    Report& r = reports_[peer.rank];
+    r.epoch = m.epoch();
+    r.samples = m.samples();
+    r.loss = m.loss();
+    r.samples_per_s = m.samples_per_s();
+    if (m.test_accuracy() >= 0) {
+      r.test_accuracy = m.test_accuracy();
+      r.test_loss = m.test_loss();
+    }
+    if (m.device()) r.device = m.device()->str();
+    if (m.host()) r.host = m.host()->str();
+  }
+  flatbuffers::FlatBufferBuilder fbb(64);
+  conn.Send(FinishFrame(fbb, wire::CreateAck(fbb, m.request_id())));
 }
 
 void Shard::CountTraffic(uint64_t bytes_in, uint64_t bytes_out) {
@@ -333,8 +365,24 @@ OutFrame Shard::MakeStats(uint64_t request_id) {
   std::vector<flatbuffers::Offset<wire::WorkerStat>> workers;
   workers.reserve(clocks_.num_workers());
   for (int r = 0; r < clocks_.num_workers(); ++r) {
-    workers.push_back(wire::CreateWorkerStat(
-        fbb, r, clocks_.clock(r), staleness_bound_[r], connected_[r]));
+    const Report& report = reports_[r];
+    auto device = fbb.CreateString(report.device);
+    auto host = fbb.CreateString(report.host);
+    wire::WorkerStatBuilder w(fbb);
+    w.add_rank(r);
+    w.add_clock(clocks_.clock(r));
+    w.add_staleness(staleness_bound_[r]);
+    w.add_connected(connected_[r]);
+    w.add_live(clocks_.live(r));
+    w.add_epoch(report.epoch);
+    w.add_samples(report.samples);
+    w.add_loss(report.loss);
+    w.add_samples_per_s(report.samples_per_s);
+    w.add_test_accuracy(report.test_accuracy);
+    w.add_test_loss(report.test_loss);
+    w.add_device(device);
+    w.add_host(host);
+    workers.push_back(w.Finish());
   }
   auto workers_offset = fbb.CreateVector(workers);
   auto histogram = fbb.CreateVector(staleness_histogram_.data(),

@@ -49,8 +49,12 @@ class Shard {
               const std::shared_ptr<Connection>& conn);
 
   // Records that worker `rank` connected (with its enforced staleness
-  // bound) or went away, for Stats.
+  // bound) or went away. A worker that is gone no longer holds back the
+  // minimum clock, so pulls waiting on it are answered; one that connects
+  // again counts again from its last clock.
   void SetWorkerConnected(int rank, bool connected, int staleness);
+  // The clock of worker `rank` on this shard.
+  int64_t WorkerClock(int rank);
 
   // A Stats frame describing this shard now.
   OutFrame MakeStats(uint64_t request_id);
@@ -65,6 +69,8 @@ class Shard {
               const std::shared_ptr<Connection>& conn);
   void OnPush(const PeerInfo& peer, const wire::Push& m, Connection& conn);
   void OnClock(const PeerInfo& peer, const wire::Clock& m, Connection& conn);
+  void OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
+                Connection& conn);
 
   // Builds the reply to a pull; an Error frame when it cannot be answered.
   OutFrame BuildPullReply(uint64_t request_id, uint32_t tensor, bool sparse,
@@ -86,6 +92,18 @@ class Shard {
   ClockTable clocks_;
   std::vector<bool> connected_;
   std::vector<int> staleness_bound_;
+  // The latest WorkerReport of each worker (shard 0 receives them).
+  struct Report {
+    int epoch = 0;
+    uint64_t samples = 0;
+    float loss = -1;
+    float samples_per_s = 0;
+    float test_accuracy = -1;
+    float test_loss = -1;
+    std::string device;
+    std::string host;
+  };
+  std::vector<Report> reports_;
   std::array<uint64_t, kStalenessBuckets> staleness_histogram_{};
   uint64_t pushes_ = 0;
   uint64_t pulls_ = 0;

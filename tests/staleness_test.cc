@@ -157,5 +157,64 @@ TEST_F(Staleness, RequestedBoundCappedByServer) {
   EXPECT_EQ(bounds, (std::vector<int>{0, 1}));
 }
 
+TEST_F(Staleness, DepartedWorkerNoLongerHoldsBackAndRejoinResumes) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(TwoShardsTwoWorkers()));
+  auto w = ConnectWorkers(cluster_->coordinator(), {0, 0});
+  ASSERT_EQ(w.size(), 2u);
+  for (auto& c : w) ASSERT_TRUE(c->DefineTensor("w", {40}).ok());
+  std::vector<float> values(40);
+  ASSERT_TRUE(w[1]->Clock().ok());  // worker 1 leaves at clock 1
+  w[1].reset();
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(w[0]->Clock().ok());
+  auto pull = Async([&](auto cb) { w[0]->PullAsync("w", values, cb); });
+  ASSERT_TRUE(Ready(pull, 5000)) << "a departed worker still holds back";
+  ASSERT_TRUE(pull.get().ok());
+
+  // Rank 1 comes back: it resumes at its clock and holds back again.
+  ClientOptions o;
+  o.coordinator = cluster_->coordinator();
+  o.rank = 1;
+  auto back = Client::Connect(o);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ((*back)->rank(), 1);
+  EXPECT_EQ((*back)->clock(), 1);
+  ASSERT_TRUE(w[0]->Clock().ok());  // worker 0 at 4 waits for 4
+  auto waits = Async([&](auto cb) { w[0]->PullAsync("w", values, cb); });
+  EXPECT_FALSE(Ready(waits, 300));
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE((*back)->Clock().ok());
+  ASSERT_TRUE(Ready(waits, 5000));
+  EXPECT_TRUE(waits.get().ok());
+}
+
+TEST_F(Staleness, WorkerReportsReachShardZeroStats) {
+  ClusterOptions o = TwoShardsTwoWorkers();
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  auto w = ConnectWorkers(cluster_->coordinator(), {0, 0});
+  ASSERT_EQ(w.size(), 2u);
+  ASSERT_TRUE(w[1]->Clock().ok());
+  Progress p;
+  p.epoch = 2;
+  p.samples = 640;
+  p.loss = 0.5f;
+  p.samples_per_s = 1234.0f;
+  p.test_accuracy = 0.81f;
+  p.test_loss = 0.6f;
+  p.host = "box-7";
+  ASSERT_TRUE(w[1]->Report(p).ok());
+  auto observer = ConnectObserver(cluster_->coordinator());
+  auto stats = observer->Stats();
+  ASSERT_TRUE(stats.ok());
+  const ShardStats::Worker& r1 = (*stats)[0].workers[1];
+  EXPECT_EQ(r1.clock, 1);
+  EXPECT_EQ(r1.epoch, 2);
+  EXPECT_EQ(r1.samples, 640u);
+  EXPECT_FLOAT_EQ(r1.loss, 0.5f);
+  EXPECT_FLOAT_EQ(r1.test_accuracy, 0.81f);
+  EXPECT_EQ(r1.device, "cpu");
+  EXPECT_EQ(r1.host, "box-7");
+  EXPECT_FLOAT_EQ((*stats)[0].workers[0].test_accuracy, -1.0f);
+  EXPECT_EQ(observer->Report(p).code(), Code::kProtocol);
+}
+
 }  // namespace
 }  // namespace tether::testing

@@ -54,11 +54,31 @@ uint64_t RequestIdOf(const wire::Message& m) {
       return m.body_as_Heartbeat()->request_id();
     case wire::Body::Stats:
       return m.body_as_Stats()->request_id();
+    case wire::Body::Ack:
+      return m.body_as_Ack()->request_id();
     case wire::Body::Error:
       return m.body_as_Error()->request_id();
     default:
       return 0;  // Welcome answers the Hello, request 0
   }
+}
+
+ShardStats::Worker ReadWorkerStat(const wire::WorkerStat& w) {
+  ShardStats::Worker worker;
+  worker.rank = w.rank();
+  worker.clock = w.clock();
+  worker.staleness = w.staleness();
+  worker.connected = w.connected();
+  worker.live = w.live();
+  worker.epoch = w.epoch();
+  worker.samples = w.samples();
+  worker.loss = w.loss();
+  worker.samples_per_s = w.samples_per_s();
+  worker.test_accuracy = w.test_accuracy();
+  worker.test_loss = w.test_loss();
+  if (w.device()) worker.device = w.device()->str();
+  if (w.host()) worker.host = w.host()->str();
+  return worker;
 }
 
 wire::InitKind ToWire(InitKind kind) {
@@ -84,6 +104,7 @@ Status Wait(const std::function<void(Client::Callback)>& start) {
 
 struct WelcomeInfo {
   int rank = -1;
+  int64_t clock = 0;
   int staleness = -1;
   uint64_t seed = 0;
   int num_shards = 0;
@@ -194,6 +215,7 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
          WelcomeInfo info;
          info.rank = w->rank();
          info.staleness = w->staleness();
+         info.clock = w->clock();
          info.seed = w->config()->seed();
          info.num_shards = w->config()->num_shards();
          info.num_workers = w->config()->num_workers();
@@ -364,7 +386,10 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     if (!link.ok()) return link.status();
     auto w = c.Handshake(**link, c.welcome.rank, c.options.connect_timeout_ms);
     if (!w.ok()) return w.status();
+    c.welcome.clock = std::max(c.welcome.clock, w->clock);
   }
+  c.clock = c.welcome.clock;
+  c.read_clock = c.welcome.clock;
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -720,6 +745,39 @@ Status Client::Clock() {
   return Wait([&](Callback cb) { ClockAsync(std::move(cb)); });
 }
 
+void Client::ReportAsync(const Progress& p, Callback done) {
+  Impl& c = *impl_;
+  if (c.options.observer) {
+    return done(ProtocolError("observers do not report progress"));
+  }
+  uint64_t request = c.NextId();
+  flatbuffers::FlatBufferBuilder fbb(256);
+  auto device = fbb.CreateString(p.device);
+  auto host = fbb.CreateString(p.host);
+  wire::WorkerReportBuilder b(fbb);
+  b.add_request_id(request);
+  b.add_clock(c.clock);
+  b.add_epoch(p.epoch);
+  b.add_samples(p.samples);
+  b.add_loss(p.loss);
+  b.add_samples_per_s(p.samples_per_s);
+  b.add_test_accuracy(p.test_accuracy);
+  b.add_test_loss(p.test_loss);
+  b.add_device(device);
+  b.add_host(host);
+  c.Send(*c.links[0], request, FinishFrame(fbb, b.Finish()),
+         [done = std::move(done)](const wire::Message* m, const Status& e) {
+           if (m == nullptr) return done(e);
+           done(m->body_as_Ack() != nullptr
+                    ? Status::Ok()
+                    : ProtocolError("report not acknowledged"));
+         });
+}
+
+Status Client::Report(const Progress& progress) {
+  return Wait([&](Callback cb) { ReportAsync(progress, std::move(cb)); });
+}
+
 Result<std::vector<ShardStats>> Client::Stats() {
   Impl& c = *impl_;
   auto stats = std::make_shared<std::vector<ShardStats>>(c.links.size());
@@ -751,8 +809,7 @@ Result<std::vector<ShardStats>> Client::Stats() {
                out.min_clock = r->min_clock();
                if (r->workers()) {
                  for (const wire::WorkerStat* w : *r->workers()) {
-                   out.workers.push_back(
-                       {w->rank(), w->clock(), w->staleness(), w->connected()});
+                   out.workers.push_back(ReadWorkerStat(*w));
                  }
                }
                if (r->staleness_histogram()) {

@@ -76,6 +76,16 @@ struct ShardStats {
     int64_t clock = 0;
     int staleness = 0;  // the bound the shard enforces; -1 none
     bool connected = false;
+    bool live = true;  // holds back the minimum clock
+    // From the worker's latest Report (shard 0 only).
+    int epoch = 0;
+    uint64_t samples = 0;
+    float loss = -1;
+    float samples_per_s = 0;
+    float test_accuracy = -1;  // -1: never evaluated
+    float test_loss = -1;
+    std::string device;
+    std::string host;
   };
   int shard_id = 0;
   uint32_t tensors = 0;
@@ -91,6 +101,18 @@ struct ShardStats {
   int64_t min_clock = 0;
   std::vector<Worker> workers;
   std::vector<uint64_t> staleness_histogram;
+};
+
+// A worker's progress, reported to the coordinator (shard 0).
+struct Progress {
+  int epoch = 0;
+  uint64_t samples = 0;  // training samples processed so far
+  float loss = 0;        // mean training loss since the last report
+  float samples_per_s = 0;
+  float test_accuracy = -1;  // -1: not evaluated this time
+  float test_loss = -1;
+  std::string device = "cpu";
+  std::string host;
 };
 
 class Client {
@@ -152,6 +174,11 @@ class Client {
   // issued before it). Workers only.
   void ClockAsync(Callback done);
   Status Clock();
+
+  // Sends this worker's progress (with its clock) to shard 0, where Stats()
+  // and the dashboard show it. Workers only.
+  void ReportAsync(const Progress& progress, Callback done);
+  Status Report(const Progress& progress);
 
   // Every shard's counters, by shard id.
   Result<std::vector<ShardStats>> Stats();
