@@ -205,7 +205,8 @@ Status ParamStore::CheckIdFree(const std::string& kind, const std::string& name,
 
 Result<uint32_t> ParamStore::DefineTensor(const std::string& name,
                                           const std::vector<uint64_t>& shape,
-                                          const InitSpec& init) {
+                                          const InitSpec& init,
+                                          bool require_same_init) {
   if (name.empty()) return InvalidArgument("tensor name is empty");
   const std::string what = "tensor '" + name + "'";
   if (shape.empty()) return InvalidArgument(what + ": shape is empty");
@@ -226,7 +227,7 @@ Result<uint32_t> ParamStore::DefineTensor(const std::string& name,
   if (auto it = tensors_.find(id);
       it != tensors_.end() && it->second->name == name) {
     const Tensor& t = *it->second;
-    if (t.shape == shape && t.init == init) return id;
+    if (t.shape == shape && (t.init == init || !require_same_init)) return id;
     return ShapeMismatch(what + " is already defined with shape " +
                          ShapeString(t.shape) + " and init " +
                          InitString(t.init) + ", not shape " +
@@ -253,7 +254,8 @@ Result<uint32_t> ParamStore::DefineTensor(const std::string& name,
 }
 
 Result<uint32_t> ParamStore::DefineTable(const std::string& name, uint32_t dim,
-                                         const InitSpec& init) {
+                                         const InitSpec& init,
+                                         bool require_same_init) {
   if (name.empty()) return InvalidArgument("table name is empty");
   const std::string what = "table '" + name + "'";
   if (dim == 0) return InvalidArgument(what + ": dim is zero");
@@ -263,7 +265,7 @@ Result<uint32_t> ParamStore::DefineTable(const std::string& name, uint32_t dim,
   if (auto it = tables_.find(id);
       it != tables_.end() && it->second->name == name) {
     const Table& t = *it->second;
-    if (t.dim == dim && t.init == init) return id;
+    if (t.dim == dim && (t.init == init || !require_same_init)) return id;
     return ShapeMismatch(what + " is already defined with dim " +
                          std::to_string(t.dim) + " and init " +
                          InitString(t.init) + ", not dim " +

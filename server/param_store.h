@@ -36,12 +36,16 @@ class ParamStore {
   // empty shape or a zero dimension, a bad init (unknown kind, non-finite
   // scale, negative uniform or normal scale), or an id collision with
   // another name.
+  // With `require_same_init` false (observers reading a model) an existing
+  // tensor of the same shape is accepted whatever its init.
   Result<uint32_t> DefineTensor(const std::string& name,
                                 const std::vector<uint64_t>& shape,
-                                const InitSpec& init);
+                                const InitSpec& init,
+                                bool require_same_init = true);
   // Defines a sparse table of rows of `dim` floats; same rules.
   Result<uint32_t> DefineTable(const std::string& name, uint32_t dim,
-                               const InitSpec& init);
+                               const InitSpec& init,
+                               bool require_same_init = true);
 
   // Weights of dense block `block` of `tensor`, created on first touch. The
   // span stays valid until the next call that creates or applies.

@@ -58,9 +58,9 @@ void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
                    const std::shared_ptr<Connection>& conn) {
   switch (message.body_type()) {
     case wire::Body::DefineTensor:
-      return OnDefineTensor(*message.body_as_DefineTensor(), *conn);
+      return OnDefineTensor(peer, *message.body_as_DefineTensor(), *conn);
     case wire::Body::DefineTable:
-      return OnDefineTable(*message.body_as_DefineTable(), *conn);
+      return OnDefineTable(peer, *message.body_as_DefineTable(), *conn);
     case wire::Body::Pull:
       return OnPull(peer, *message.body_as_Pull(), conn);
     case wire::Body::Push:
@@ -85,20 +85,28 @@ void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
   }
 }
 
-void Shard::OnDefineTensor(const wire::DefineTensor& m, Connection& conn) {
+// Observers (tools, evaluation) attach to a model by name and shape; only
+// workers must agree on how it starts.
+void Shard::OnDefineTensor(const PeerInfo& peer, const wire::DefineTensor& m,
+                           Connection& conn) {
+  const bool same_init = peer.role == wire::Role::Worker;
   std::vector<uint64_t> shape = ToVector(m.shape());
   Result<uint32_t> id = [&] {
     std::lock_guard lock(mu_);
-    return store_.DefineTensor(m.name()->str(), shape, ToInitSpec(m.init()));
+    return store_.DefineTensor(m.name()->str(), shape, ToInitSpec(m.init()),
+                               same_init);
   }();
   if (!id.ok()) return conn.Send(MakeErrorFrame(m.request_id(), id.status()));
   conn.Send(MakeDefineAck(m.request_id(), *id));
 }
 
-void Shard::OnDefineTable(const wire::DefineTable& m, Connection& conn) {
+void Shard::OnDefineTable(const PeerInfo& peer, const wire::DefineTable& m,
+                          Connection& conn) {
+  const bool same_init = peer.role == wire::Role::Worker;
   Result<uint32_t> id = [&] {
     std::lock_guard lock(mu_);
-    return store_.DefineTable(m.name()->str(), m.dim(), ToInitSpec(m.init()));
+    return store_.DefineTable(m.name()->str(), m.dim(), ToInitSpec(m.init()),
+                              same_init);
   }();
   if (!id.ok()) return conn.Send(MakeErrorFrame(m.request_id(), id.status()));
   conn.Send(MakeDefineAck(m.request_id(), *id));
@@ -266,7 +274,9 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
                    " clocks stale; this run rejects more than " +
                    std::to_string(settings_.reject_staleness))));
   }
-  if (m.sparse()) {
+  if (peer.role == wire::Role::Worker && peer.staleness == 0) {
+    StageLocked(peer.rank, m);
+  } else if (m.sparse()) {
     std::span<const uint64_t> keys;
     std::span<const float> rows;
     if (m.keys() != nullptr) keys = {m.keys()->data(), m.keys()->size()};
@@ -307,8 +317,10 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
                         std::to_string(current))));
   }
   // Released pulls build their replies now, under the lock, so each sees
-  // exactly the updates applied before this tick.
-  for (auto& release : clocks_.Advance(peer.rank, m.clock())) release();
+  // exactly the updates applied before this tick, staged ones included.
+  auto released = clocks_.Advance(peer.rank, m.clock());
+  ApplyStagedLocked();
+  for (auto& release : released) release();
   int64_t min_clock = clocks_.min_clock();
   lock.unlock();
   flatbuffers::FlatBufferBuilder fbb(64);
@@ -321,7 +333,62 @@ void Shard::SetWorkerConnected(int rank, bool connected, int staleness) {
   if (rank < 0 || rank >= static_cast<int>(connected_.size())) return;
   connected_[rank] = connected;
   staleness_bound_[rank] = staleness;
-  for (auto& release : clocks_.SetLive(rank, connected)) release();
+  auto released = clocks_.SetLive(rank, connected);
+  ApplyStagedLocked();
+  for (auto& release : released) release();
+}
+
+void Shard::StageLocked(int rank, const wire::Push& m) {
+  StagedPush p;
+  p.rank = rank;
+  p.tensor = m.tensor();
+  p.sparse = m.sparse();
+  if (m.sparse()) {
+    if (m.keys()) p.keys.assign(m.keys()->begin(), m.keys()->end());
+    if (m.rows()) p.values.assign(m.rows()->begin(), m.rows()->end());
+  } else {
+    for (const wire::Block* block : *m.blocks()) {
+      p.blocks.push_back(block->index());
+      p.values.insert(p.values.end(), block->values()->begin(),
+                      block->values()->end());
+    }
+  }
+  staged_[clocks_.clock(rank)].push_back(std::move(p));
+}
+
+void Shard::ApplyStagedLocked() {
+  const int64_t min_clock = clocks_.min_clock();
+  auto end = staged_.lower_bound(min_clock);
+  for (auto it = staged_.begin(); it != end; ++it) {
+    std::vector<StagedPush>& pushes = it->second;
+    std::stable_sort(pushes.begin(), pushes.end(),
+                     [](const StagedPush& a, const StagedPush& b) {
+                       return a.rank < b.rank;
+                     });
+    for (const StagedPush& p : pushes) {
+      Status s;
+      if (p.sparse) {
+        s = store_.ApplyRows(p.tensor, p.keys, p.values);
+      } else {
+        auto size = store_.TensorSize(p.tensor);  // checked when staged
+        const uint64_t bs = settings_.block_size;
+        size_t at = 0;
+        for (uint32_t block : p.blocks) {
+          if (!size.ok()) break;
+          size_t n = std::min(bs, *size - uint64_t{block} * bs);
+          s = store_.ApplyBlock(p.tensor, block,
+                                std::span(p.values.data() + at, n));
+          at += n;
+          if (!s.ok()) break;
+        }
+      }
+      if (!s.ok()) {
+        TETHER_LOG(kError) << "staged push of worker " << p.rank
+                           << " failed: " << s.message();
+      }
+    }
+  }
+  staged_.erase(staged_.begin(), end);
 }
 
 int64_t Shard::WorkerClock(int rank) {

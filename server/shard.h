@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -63,8 +64,10 @@ class Shard {
   void CountTraffic(uint64_t bytes_in, uint64_t bytes_out);
 
  private:
-  void OnDefineTensor(const wire::DefineTensor& m, Connection& conn);
-  void OnDefineTable(const wire::DefineTable& m, Connection& conn);
+  void OnDefineTensor(const PeerInfo& peer, const wire::DefineTensor& m,
+                      Connection& conn);
+  void OnDefineTable(const PeerInfo& peer, const wire::DefineTable& m,
+                     Connection& conn);
   void OnPull(const PeerInfo& peer, const wire::Pull& m,
               const std::shared_ptr<Connection>& conn);
   void OnPush(const PeerInfo& peer, const wire::Push& m, Connection& conn);
@@ -92,6 +95,21 @@ class Shard {
   ClockTable clocks_;
   std::vector<bool> connected_;
   std::vector<int> staleness_bound_;
+  // Pushes from BSP workers (bound 0) wait here, by the clock they belong
+  // to, until every live worker has finished that clock; then they are
+  // applied in rank order, so a BSP run is bit-for-bit repeatable whatever
+  // order the pushes arrive in.
+  struct StagedPush {
+    int rank = 0;
+    uint32_t tensor = 0;
+    bool sparse = false;
+    std::vector<uint32_t> blocks;  // dense: the blocks, values in order
+    std::vector<uint64_t> keys;    // sparse: the rows
+    std::vector<float> values;
+  };
+  void StageLocked(int rank, const wire::Push& m);
+  void ApplyStagedLocked();
+  std::map<int64_t, std::vector<StagedPush>> staged_;
   // The latest WorkerReport of each worker (shard 0 receives them).
   struct Report {
     int epoch = 0;

@@ -13,35 +13,13 @@
 #include <vector>
 
 #include "schema/status.h"
+#include "tools/process.h"
 
 namespace tether::testing {
 
-class Process {
- public:
-  // Starts `argv` (argv[0] is the binary's path); output goes to `log`.
-  static Result<std::unique_ptr<Process>> Start(std::vector<std::string> argv,
-                                                std::string log);
-  ~Process();
-
-  pid_t pid() const { return pid_; }
-  const std::string& log_path() const { return log_; }
-  std::string Log() const;
-
-  // Waits until a log line contains `needle`; returns that line. kTimeout,
-  // or kUnavailable when the process exits first.
-  Result<std::string> WaitForLine(const std::string& needle, int timeout_ms);
-  // Waits for exit: the exit status, or 128 + signal. kTimeout if running.
-  Result<int> Wait(int timeout_ms);
-  void Signal(int sig);
-  bool Running();
-
- private:
-  Process(pid_t pid, std::string log) : pid_(pid), log_(std::move(log)) {}
-  pid_t pid_;
-  std::string log_;
-  bool exited_ = false;
-  int exit_code_ = 0;
-};
+using tether::AddressFromLine;
+using tether::Process;
+using tether::Tail;
 
 // A fresh directory under /tmp, removed on destruction unless the test
 // failed (then kept for inspection and named in the output).
@@ -86,10 +64,6 @@ class Cluster {
   std::string coordinator_;
 };
 
-// The address in a "... listening on HOST:PORT" log line.
-std::string AddressFromLine(const std::string& line);
-// The last `lines` lines of `text`.
-std::string Tail(const std::string& text, int lines);
 // Runs `argv` to completion (at most `timeout_ms`); returns its exit code
 // and fills `output` with what it printed.
 Result<int> RunToExit(const std::vector<std::string>& argv, std::string* output,

@@ -125,6 +125,11 @@ TEST(ParamStore, DefineIsIdempotentAndRejectsOtherShape) {
   Result<uint32_t> other_init = store.DefineTensor("w", {3, 4}, Normal(0.5f));
   ASSERT_FALSE(other_init.ok());
   EXPECT_EQ(other_init.status().code(), Code::kShapeMismatch);
+  // A reader attaching by shape does not need to know the init.
+  Result<uint32_t> attach = store.DefineTensor("w", {3, 4}, Normal(0.5f),
+                                               /*require_same_init=*/false);
+  ASSERT_TRUE(attach.ok());
+  EXPECT_EQ(*attach, *first);
 }
 
 TEST(ParamStore, TableDefineIsIdempotentAndRejectsOtherDim) {

@@ -1,0 +1,176 @@
+// End to end with real processes: workers training on Fashion-MNIST (the
+// Debian package dataset-fashion-mnist) and on generated sparse data.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tests/cluster.h"
+#include "tests/worker_pool.h"
+
+namespace tether::testing {
+namespace {
+
+std::vector<std::unique_ptr<Process>> StartWorkers(
+    const std::string& coordinator, int n, const std::string& dir,
+    const std::vector<std::string>& flags) {
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> argv = {TETHER_WORKER_BIN, "--coordinator",
+                                     coordinator,       "--rank",
+                                     std::to_string(r), "--quiet"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto p = Process::Start(argv, dir + "/worker" + std::to_string(r) + ".log");
+    EXPECT_TRUE(p.ok());
+    if (p.ok()) workers.push_back(std::move(*p));
+  }
+  return workers;
+}
+
+void ExpectAllSucceed(std::vector<std::unique_ptr<Process>>& workers) {
+  for (size_t r = 0; r < workers.size(); ++r) {
+    auto code = workers[r]->Wait(240000);
+    ASSERT_TRUE(code.ok()) << code.status().ToString();
+    EXPECT_EQ(*code, 0) << "worker " << r << ":\n"
+                        << Tail(workers[r]->Log(), 10);
+  }
+}
+
+TEST(Training, LauncherRunReachesStatedAccuracyOnFashionMnist) {
+  TempDir dir;
+  std::string output;
+  auto code =
+      RunToExit({TETHER_UP_BIN, "--shards", "2", "--workers", "3", "--slow",
+                 "1", "--slowdown", "3", "--staleness", "2", "--epochs", "2",
+                 "--target-accuracy", "0.82", "--log-dir", dir.path()},
+                &output, 240000);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 0) << output;
+  EXPECT_NE(output.find("reached the 82% target"), std::string::npos) << output;
+  // The launcher leaves no process behind.
+  std::string ps;
+  ASSERT_TRUE(RunToExit({"/usr/bin/pgrep", "-f", dir.path()}, &ps, 5000).ok());
+  EXPECT_EQ(ps, "") << "still running: " << ps;
+}
+
+// Every parameter of an MLP trained with s = 0 by 2 workers on 2 shards.
+std::map<std::string, std::vector<float>> TrainBspAndPull(uint64_t seed) {
+  TempDir dir;
+  ClusterOptions o;
+  o.shards = 2;
+  o.workers = 2;
+  o.seed = seed;
+  o.optimizer = "adam";
+  o.lr = 0.001f;
+  o.block_size = 4096;
+  auto cluster = Cluster::Start(o, dir.path());
+  EXPECT_TRUE(cluster.ok()) << cluster.status().ToString();
+  if (!cluster.ok()) return {};
+  auto workers =
+      StartWorkers((*cluster)->coordinator(), 2, dir.path(),
+                   {"--staleness", "0", "--model", "mlp", "--hidden", "64",
+                    "--epochs", "1", "--batch", "128", "--eval-every", "0"});
+  ExpectAllSucceed(workers);
+  auto observer = ConnectObserver((*cluster)->coordinator());
+  std::map<std::string, std::vector<float>> params;
+  const std::vector<std::pair<std::string, std::vector<uint64_t>>> shapes = {
+      {"fc1.weight", {64, 784}},
+      {"fc1.bias", {64}},
+      {"fc2.weight", {10, 64}},
+      {"fc2.bias", {10}}};
+  for (const auto& [name, shape] : shapes) {
+    EXPECT_TRUE(observer->DefineTensor(name, shape).ok()) << name;
+    std::vector<float>& v = params[name];
+    v.resize(shape.size() == 1 ? shape[0] : shape[0] * shape[1]);
+    EXPECT_TRUE(observer->Pull(name, v).ok()) << name;
+  }
+  return params;
+}
+
+TEST(Training, BspRunsWithSameSeedAreBitIdentical) {
+  auto a = TrainBspAndPull(11);
+  auto b = TrainBspAndPull(11);
+  ASSERT_EQ(a.size(), 4u);
+  for (const auto& [name, values] : a) {
+    ASSERT_EQ(values.size(), b[name].size()) << name;
+    EXPECT_EQ(std::memcmp(values.data(), b[name].data(),
+                          values.size() * sizeof(float)),
+              0)
+        << name << " differs between two identical BSP runs";
+  }
+  // Training moved the weights away from their initial values.
+  double norm = 0;
+  for (float v : a["fc1.bias"]) norm += v * v;
+  EXPECT_GT(norm, 0.0);
+}
+
+TEST(Training, SparseLogisticRegressionApproachesTrueWeights) {
+  TempDir dir;
+  const std::string data = dir.path() + "/train.svm";
+  const std::string test = dir.path() + "/test.svm";
+  const std::string truth = dir.path() + "/truth.txt";
+  const std::string all = dir.path() + "/all.svm";
+  std::string out;
+  auto gen = RunToExit(
+      {TETHER_GEN_SPARSE_BIN, "--out", all, "--rows", "45000", "--features",
+       "2000", "--nnz", "10", "--seed", "5", "--weights-out", truth, "--quiet"},
+      &out, 60000);
+  ASSERT_TRUE(gen.ok() && *gen == 0) << out;
+  {
+    // The first 40,000 rows train, the last 5,000 (same true weights) test.
+    std::ifstream in(all);
+    std::ofstream train_out(data), test_out(test);
+    std::string line;
+    for (int i = 0; std::getline(in, line); ++i) {
+      (i < 40000 ? train_out : test_out) << line << "\n";
+    }
+  }
+
+  ClusterOptions o;
+  o.shards = 2;
+  o.workers = 2;
+  o.optimizer = "adagrad";
+  o.lr = 0.5f;
+  auto cluster = Cluster::Start(o, dir.path());
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto workers =
+      StartWorkers((*cluster)->coordinator(), 2, dir.path(),
+                   {"--staleness", "2", "--model", "sparse-lr", "--data", data,
+                    "--test-data", test, "--epochs", "5", "--batch", "100"});
+  ExpectAllSucceed(workers);
+
+  // Compare the learned weights of the features seen with the truth.
+  std::ifstream in(truth);
+  std::vector<uint64_t> keys;
+  std::vector<float> expected;
+  uint64_t key;
+  float w;
+  while (in >> key >> w) {
+    keys.push_back(key);
+    expected.push_back(w);
+  }
+  ASSERT_GT(keys.size(), 1000u);
+  auto observer = ConnectObserver((*cluster)->coordinator());
+  ASSERT_TRUE(observer->DefineTable("sparse_lr.weight", 1).ok());
+  std::vector<float> learned(keys.size());
+  ASSERT_TRUE(observer->PullRows("sparse_lr.weight", keys, learned).ok());
+  double dot = 0, nl = 0, ne = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    dot += double(learned[i]) * expected[i];
+    nl += double(learned[i]) * learned[i];
+    ne += double(expected[i]) * expected[i];
+  }
+  double cosine = dot / std::sqrt(nl * ne);
+  EXPECT_GT(cosine, 0.8) << "learned weights point away from the truth";
+  // Rank 0 reports the held-out accuracy at the end.
+  std::string log = workers[0]->Log();
+  auto at = log.find("test accuracy ");
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_GT(std::atof(log.c_str() + at + 14), 70.0) << log;
+}
+
+}  // namespace
+}  // namespace tether::testing

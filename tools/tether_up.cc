@@ -1,0 +1,367 @@
+// tether-up: starts a whole local tether cluster (shards and workers as
+// real processes on loopback), shows its progress, and stops every process
+// at the end or on Ctrl-C. See --help.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "schema/flags.h"
+#include "schema/log.h"
+#include "tools/process.h"
+#include "worker/client.h"
+
+namespace tether {
+namespace {
+
+struct UpOptions {
+  int shards = 2;
+  int workers = 4;
+  int slow = 1;           // how many workers (the last ranks) are slowed
+  double slowdown = 3.0;  // how much slower they are
+  int staleness = 3;
+  std::string model = "mlp";
+  std::string data = "fashion-mnist";
+  int epochs = 6;
+  int batch = 64;
+  std::string optimizer = "adam";
+  double lr = 0.001;
+  uint64_t seed = 7;
+  double target_accuracy = 0.85;
+  std::string log_dir;  // default: a new /tmp/tether-up-XXXXXX
+  int threads = 1;      // compute threads per worker
+};
+
+std::atomic<bool> g_interrupted{false};
+
+using Clock = std::chrono::steady_clock;
+
+std::string BinDir() {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "." : self.parent_path().string();
+}
+
+class Launcher {
+ public:
+  explicit Launcher(UpOptions o) : o_(std::move(o)), bin_(BinDir()) {}
+  ~Launcher() { StopAll(); }
+
+  int Run();
+
+ private:
+  Status StartShards();
+  Status StartWorkers();
+  // Watches until every worker has exited; kUnavailable names a process
+  // that failed.
+  Status Watch();
+  void ShowProgress(bool tty);
+  Status Evaluate(double* accuracy);
+  void StopAll();
+  Status Failed(const Process& p, const std::string& name,
+                const std::string& what);
+
+  const UpOptions o_;
+  const std::string bin_;
+  std::string coordinator_;
+  std::vector<std::unique_ptr<Process>> shards_;
+  std::vector<std::unique_ptr<Process>> workers_;
+  std::unique_ptr<Client> observer_;
+  Clock::time_point start_ = Clock::now();
+};
+
+Status Launcher::Failed(const Process& p, const std::string& name,
+                        const std::string& what) {
+  return Unavailable(name + " " + what + "; last lines of " + p.log_path() +
+                     ":\n" + Tail(p.Log(), 10));
+}
+
+Status Launcher::StartShards() {
+  for (int id = 0; id < o_.shards; ++id) {
+    std::vector<std::string> argv = {
+        bin_ + "/tether-server",
+        "--shard-id",
+        std::to_string(id),
+        "--shards",
+        std::to_string(o_.shards),
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        o_.log_dir + "/shard" + std::to_string(id)};
+    if (id == 0) {
+      for (std::string a :
+           {std::string("--workers"), std::to_string(o_.workers),
+            std::string("--max-staleness"), std::to_string(o_.staleness),
+            std::string("--optimizer"), o_.optimizer, std::string("--lr"),
+            std::to_string(o_.lr), std::string("--seed"),
+            std::to_string(o_.seed)}) {
+        argv.push_back(a);
+      }
+    } else {
+      argv.push_back("--coordinator");
+      argv.push_back(coordinator_);
+    }
+    std::string name = "shard " + std::to_string(id);
+    auto p = Process::Start(
+        argv, o_.log_dir + "/shard" + std::to_string(id) + ".log");
+    if (!p.ok()) return p.status().WithContext(name);
+    shards_.push_back(std::move(*p));
+    auto line = shards_.back()->WaitForLine("listening on", 15000);
+    if (!line.ok()) return Failed(*shards_.back(), name, "did not start");
+    if (id == 0) coordinator_ = AddressFromLine(*line);
+  }
+  return Status::Ok();
+}
+
+Status Launcher::StartWorkers() {
+  for (int r = 0; r < o_.workers; ++r) {
+    const bool slow = r >= o_.workers - o_.slow;
+    std::vector<std::string> argv = {bin_ + "/tether-worker",
+                                     "--coordinator",
+                                     coordinator_,
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--staleness",
+                                     std::to_string(o_.staleness),
+                                     "--model",
+                                     o_.model,
+                                     "--data",
+                                     o_.data,
+                                     "--epochs",
+                                     std::to_string(o_.epochs),
+                                     "--batch",
+                                     std::to_string(o_.batch),
+                                     "--threads",
+                                     std::to_string(o_.threads),
+                                     "--quiet"};
+    if (slow) {
+      argv.push_back("--slowdown");
+      argv.push_back(std::to_string(o_.slowdown));
+    }
+    auto p = Process::Start(
+        argv, o_.log_dir + "/worker" + std::to_string(r) + ".log");
+    if (!p.ok()) return p.status().WithContext("worker " + std::to_string(r));
+    workers_.push_back(std::move(*p));
+  }
+  return Status::Ok();
+}
+
+void Launcher::ShowProgress(bool tty) {
+  if (!observer_) {
+    ClientOptions co;
+    co.coordinator = coordinator_;
+    co.observer = true;
+    co.name = "tether-up";
+    co.connect_timeout_ms = 2000;
+    co.join_timeout_ms = 2000;
+    auto c = Client::Connect(co);
+    if (!c.ok()) return;  // the cluster may still be forming
+    observer_ = std::move(*c);
+  }
+  auto stats = observer_->Stats();
+  if (!stats.ok() || stats->empty()) return;
+  const ShardStats& s0 = (*stats)[0];
+  std::string clocks, accuracy = "-";
+  double loss = 0, rate = 0;
+  int reported = 0;
+  for (const auto& w : s0.workers) {
+    clocks += (clocks.empty() ? "" : " ") + std::to_string(w.clock);
+    if (w.loss >= 0) {
+      loss += w.loss;
+      ++reported;
+    }
+    rate += w.samples_per_s;
+    if (w.test_accuracy >= 0) {
+      char a[16];
+      std::snprintf(a, sizeof a, "%.1f%%", 100.0 * w.test_accuracy);
+      accuracy = a;
+    }
+  }
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "%5.1f s  clocks [%s]  min %lld  loss %.3f  test acc %s  "
+                "%.0f samples/s",
+                std::chrono::duration<double>(Clock::now() - start_).count(),
+                clocks.c_str(), static_cast<long long>(s0.min_clock),
+                reported ? loss / reported : 0.0, accuracy.c_str(), rate);
+  std::printf(tty ? "\r%s   " : "%s\n", line);
+  std::fflush(stdout);
+}
+
+Status Launcher::Watch() {
+  const bool tty = isatty(STDOUT_FILENO);
+  auto last_line = Clock::now() - std::chrono::hours(1);
+  while (true) {
+    if (g_interrupted) return Status(Code::kUnavailable, "interrupted");
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      if (!shards_[i]->Running()) {
+        return Failed(*shards_[i], "shard " + std::to_string(i), "exited");
+      }
+    }
+    bool running = false;
+    for (size_t r = 0; r < workers_.size(); ++r) {
+      if (workers_[r]->Running()) {
+        running = true;
+        continue;
+      }
+      auto code = workers_[r]->Wait(0);
+      if (code.ok() && *code != 0) {
+        return Failed(*workers_[r], "worker " + std::to_string(r),
+                      "failed (exit " + std::to_string(*code) + ")");
+      }
+    }
+    // A line every 5 s when the output is a log, 4 times a second on a
+    // terminal.
+    auto every = tty ? std::chrono::milliseconds(250) : std::chrono::seconds(5);
+    if (Clock::now() - last_line >= every || !running) {
+      ShowProgress(tty);
+      last_line = Clock::now();
+    }
+    if (!running) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (tty) std::printf("\n");
+  return Status::Ok();
+}
+
+Status Launcher::Evaluate(double* accuracy) {
+  if (o_.model == "sparse-lr") return Status::Ok();
+  std::string output;
+  auto p = Process::Start(
+      {bin_ + "/tether-worker", "--coordinator", coordinator_, "--model",
+       o_.model, "--evaluate-only", "--test-data", o_.data},
+      o_.log_dir + "/evaluate.log");
+  if (!p.ok()) return p.status();
+  auto code = (*p)->Wait(120000);
+  if (!code.ok() || *code != 0) return Failed(**p, "evaluation", "failed");
+  std::string log = (*p)->Log();
+  auto at = log.find("test accuracy ");
+  if (at == std::string::npos) return Failed(**p, "evaluation", "said nothing");
+  *accuracy = std::atof(log.c_str() + at + 14);
+  return Status::Ok();
+}
+
+void Launcher::StopAll() {
+  observer_.reset();
+  for (auto& w : workers_) w->Signal(SIGTERM);
+  for (auto& s : shards_) s->Signal(SIGTERM);
+  for (auto& w : workers_) (void)w->Wait(3000);
+  for (auto& s : shards_) (void)s->Wait(3000);
+  workers_.clear();  // SIGKILL for anything still running
+  shards_.clear();
+}
+
+int Launcher::Run() {
+  std::printf(
+      "tether-up: %d shards, %d workers (%d slowed %.1fx), staleness %d, "
+      "model %s on %s, %d epochs\nlogs: %s\n",
+      o_.shards, o_.workers, o_.slow, o_.slowdown, o_.staleness,
+      o_.model.c_str(), o_.data.c_str(), o_.epochs, o_.log_dir.c_str());
+  Status s = StartShards();
+  if (s.ok()) {
+    std::printf("coordinator: %s\n", coordinator_.c_str());
+    std::printf(
+        "dashboard:   not served yet (it comes with the dashboard work); "
+        "counters: %s/tether-client stats --coordinator %s\n",
+        bin_.c_str(), coordinator_.c_str());
+    std::fflush(stdout);
+    s = StartWorkers();
+  }
+  if (s.ok()) s = Watch();
+  double accuracy = -1;
+  if (s.ok()) s = Evaluate(&accuracy);
+  double secs = std::chrono::duration<double>(Clock::now() - start_).count();
+  StopAll();
+  if (!s.ok()) {
+    std::fprintf(stderr, "\ntether-up: %s\n", s.message().c_str());
+    std::fprintf(stderr, "tether-up: stopped every process; logs in %s\n",
+                 o_.log_dir.c_str());
+    return g_interrupted ? 130 : 1;
+  }
+  if (accuracy < 0) {
+    std::printf("tether-up: done in %.1f s\n", secs);
+    return 0;
+  }
+  bool reached = accuracy >= o_.target_accuracy;
+  std::printf(
+      "tether-up: test accuracy %.2f%% after %.1f s: %s the %.0f%% "
+      "target\n",
+      100 * accuracy, secs, reached ? "reached" : "MISSED",
+      100 * o_.target_accuracy);
+  return reached ? 0 : 1;
+}
+
+int Main(int argc, char** argv) {
+  UpOptions o;
+  FlagParser p("tether-up",
+               "Starts a local tether cluster: shards and workers as real\n"
+               "processes on 127.0.0.1, some workers slowed down as\n"
+               "stragglers. Shows progress; Ctrl-C stops everything.");
+  p.AddInt("shards", &o.shards, "server shards");
+  p.AddInt("workers", &o.workers, "workers");
+  p.AddInt("slow", &o.slow, "how many workers (the last ranks) are slowed");
+  p.AddDouble("slowdown", &o.slowdown, "how many times slower they are");
+  p.AddInt("staleness", &o.staleness, "SSP bound (0 BSP, -1 async)");
+  p.AddString("model", &o.model, "softmax, mlp or sparse-lr");
+  p.AddString("data", &o.data, "fashion-mnist, IMAGES,LABELS, or LIBSVM");
+  p.AddInt("epochs", &o.epochs, "epochs per worker");
+  p.AddInt("batch", &o.batch, "batch size");
+  p.AddString("optimizer", &o.optimizer, "sgd, momentum, adagrad or adam");
+  p.AddDouble("lr", &o.lr, "learning rate");
+  p.AddUint64("seed", &o.seed, "run seed");
+  p.AddDouble("target-accuracy", &o.target_accuracy,
+              "test accuracy the run must reach to exit 0");
+  p.AddInt("threads", &o.threads, "compute threads per worker");
+  p.AddString("log-dir", &o.log_dir, "where logs go (default: a new /tmp dir)");
+  if (Status s = p.Parse(argc, argv); !s.ok()) {
+    std::cerr << "tether-up: " << s.message() << "\n";
+    return 2;
+  }
+  if (p.help_requested()) {
+    std::cout << p.Usage();
+    return 0;
+  }
+  if (o.shards < 1 || o.workers < 1 || o.slow < 0 || o.slow > o.workers ||
+      o.slowdown < 1) {
+    std::cerr << "tether-up: need --shards >= 1, --workers >= 1, 0 <= --slow "
+                 "<= --workers, --slowdown >= 1\n";
+    return 2;
+  }
+  if (o.log_dir.empty()) {
+    char pattern[] = "/tmp/tether-up-XXXXXX";
+    if (mkdtemp(pattern) == nullptr) {
+      std::cerr << "tether-up: cannot create a log directory in /tmp\n";
+      return 1;
+    }
+    o.log_dir = pattern;
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(o.log_dir, ec);
+    if (ec) {
+      std::cerr << "tether-up: --log-dir: cannot create " << o.log_dir << ": "
+                << ec.message() << "\n";
+      return 1;
+    }
+  }
+  InitLogging("tether-up", LogLevel::kError);
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_interrupted = true; };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  return Launcher(o).Run();
+}
+
+}  // namespace
+}  // namespace tether
+
+int main(int argc, char** argv) { return tether::Main(argc, argv); }

@@ -1,0 +1,58 @@
+// tether-worker: trains a model against a tether cluster. See --help.
+#include <iostream>
+
+#include "schema/flags.h"
+#include "schema/log.h"
+#include "worker/trainer.h"
+
+int main(int argc, char** argv) {
+  tether::TrainerOptions o;
+  tether::FlagParser p(
+      "tether-worker",
+      "Trains a model on its share of the data against a tether cluster:\n"
+      "pull (within the staleness bound), compute with oneDNN, push, clock.");
+  p.AddString("coordinator", &o.coordinator, "HOST:PORT of shard 0");
+  p.AddInt("rank", &o.rank, "rank to claim; -1: the coordinator picks");
+  p.AddInt("staleness", &o.staleness, "SSP bound: 0 BSP, -1 fully async");
+  p.AddString("model", &o.model, "softmax, mlp or sparse-lr");
+  p.AddString("hidden", &o.hidden, "MLP hidden layer widths");
+  p.AddString("data", &o.data,
+              "fashion-mnist, IMAGES,LABELS (IDX files), or a LIBSVM file "
+              "for sparse-lr");
+  p.AddString("test-data", &o.test_data,
+              "test set, like --data (default: Fashion-MNIST's test split "
+              "with --data fashion-mnist)");
+  p.AddInt("batch", &o.batch, "batch size");
+  p.AddInt("epochs", &o.epochs, "passes over this worker's share");
+  p.AddInt("threads", &o.threads, "compute threads");
+  p.AddDouble("slowdown", &o.slowdown,
+              "run F times slower (sleeping in proportion to compute)");
+  p.AddInt("eval-every", &o.eval_every,
+           "rank 0 evaluates on the test set every K clocks; 0: only at "
+           "the end");
+  p.AddInt("report-every", &o.report_every,
+           "report progress to the coordinator every K clocks");
+  p.AddBool("evaluate-only", &o.evaluate_only,
+            "pull the weights as an observer, print test accuracy, exit");
+  p.AddBool("quiet", &o.quiet, "no progress line, only the final one");
+  if (auto s = p.Parse(argc, argv); !s.ok()) {
+    std::cerr << "tether-worker: " << s.message() << "\n";
+    return 2;
+  }
+  if (p.help_requested()) {
+    std::cout << p.Usage();
+    return 0;
+  }
+  if (!p.positional().empty()) {
+    std::cerr << "tether-worker: unexpected argument '" << p.positional()[0]
+              << "'\n";
+    return 2;
+  }
+  tether::InitLogging("worker", tether::LogLevel::kWarning);
+  tether::Status s = tether::RunTrainer(o);
+  if (!s.ok()) {
+    std::cerr << "tether-worker: " << s.message() << "\n";
+    return s.code() == tether::Code::kInvalidArgument ? 2 : 1;
+  }
+  return 0;
+}

@@ -1,0 +1,456 @@
+#include "worker/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <future>
+#include <iostream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "schema/log.h"
+#include "worker/client.h"
+#include "worker/dataset.h"
+#include "worker/model.h"
+
+namespace tether {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "unknown";
+  return name;
+}
+
+Result<std::vector<int>> ParseWidths(const std::string& text) {
+  std::vector<int> widths;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    char* end = nullptr;
+    long w = std::strtol(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || w < 1 || w > 1 << 20) {
+      return InvalidArgument("--hidden: expected widths like 256,128, got '" +
+                             text + "'");
+    }
+    widths.push_back(static_cast<int>(w));
+  }
+  return widths;
+}
+
+// "fashion-mnist" (the train or test split) or "IMAGES,LABELS".
+Result<DenseDataset> LoadDense(const std::string& spec, bool train,
+                               const std::string& flag) {
+  if (spec == "fashion-mnist") return LoadFashionMnist(train);
+  auto comma = spec.find(',');
+  if (comma == std::string::npos) {
+    return InvalidArgument(flag +
+                           ": expected fashion-mnist or IMAGES,LABELS "
+                           "(two IDX files), got '" +
+                           spec + "'");
+  }
+  return LoadIdx(spec.substr(0, comma), spec.substr(comma + 1));
+}
+
+// All of a model's parameters pulled or pushed at once; returns the first
+// error.
+Status PullAll(Client& client, DenseModel& model) {
+  std::vector<std::future<Status>> parts;
+  for (size_t i = 0; i < model.specs().size(); ++i) {
+    auto promise = std::make_shared<std::promise<Status>>();
+    parts.push_back(promise->get_future());
+    client.PullAsync(model.specs()[i].name, model.weights()[i],
+                     [promise](const Status& s) { promise->set_value(s); });
+  }
+  Status first;
+  for (auto& p : parts) {
+    Status s = p.get();
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+Status PushAll(Client& client, const DenseModel& model) {
+  std::vector<std::future<Status>> parts;
+  for (size_t i = 0; i < model.specs().size(); ++i) {
+    auto promise = std::make_shared<std::promise<Status>>();
+    parts.push_back(promise->get_future());
+    client.PushAsync(model.specs()[i].name, model.grads()[i],
+                     [promise](const Status& s) { promise->set_value(s); });
+  }
+  Status first;
+  for (auto& p : parts) {
+    Status s = p.get();
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+// Progress: counts samples and loss, reports to the coordinator, prints
+// the progress line.
+class Reporter {
+ public:
+  Reporter(const TrainerOptions& o, Client& client) : o_(o), client_(client) {}
+
+  void AddStep(int samples, float loss) {
+    samples_ += samples;
+    loss_sum_ += loss;
+    ++loss_count_;
+    last_loss_ = loss;
+  }
+  // Whether this clock calls for a report, and for an evaluation.
+  bool ReportDue() const {
+    return client_.clock() % std::max(1, o_.report_every) == 0;
+  }
+  bool EvalDue() const {
+    return o_.eval_every > 0 && client_.rank() == 0 &&
+           client_.clock() % o_.eval_every == 0;
+  }
+
+  // Sends a report (with `eval` when given) and prints the progress line.
+  Status Report(int epoch, const EvalResult* eval, bool final) {
+    double dt = Seconds(last_report_);
+    if (dt > 0) {
+      samples_per_s_ =
+          static_cast<float>((samples_ - samples_at_last_report_) / dt);
+    }
+    last_report_ = Clock::now();
+    samples_at_last_report_ = samples_;
+    Progress p;
+    p.epoch = epoch;
+    p.samples = samples_;
+    p.loss = loss_count_ > 0 ? static_cast<float>(loss_sum_ / loss_count_)
+                             : last_loss_;
+    p.samples_per_s = samples_per_s_;
+    p.host = HostName();
+    loss_sum_ = 0;
+    loss_count_ = 0;
+    if (eval != nullptr && eval->rows > 0) {
+      test_accuracy_ = static_cast<float>(eval->correct) / eval->rows;
+      p.test_accuracy = test_accuracy_;
+      p.test_loss = static_cast<float>(eval->loss_sum / eval->rows);
+    }
+    Status s = client_.Report(p);
+    Print(epoch, final);
+    return s;
+  }
+
+  float test_accuracy() const { return test_accuracy_; }
+
+ private:
+  void Print(int epoch, bool final) {
+    if (o_.quiet && !final) return;
+    char acc[32] = "";
+    if (test_accuracy_ >= 0) {
+      std::snprintf(acc, sizeof acc, " test accuracy %.1f%%",
+                    100.0 * test_accuracy_);
+    }
+    char line[256];
+    std::snprintf(
+        line, sizeof line,
+        "worker %d: epoch %d/%d clock %lld loss %.4f%s %.0f samples/s",
+        client_.rank(), epoch + 1, o_.epochs,
+        static_cast<long long>(client_.clock()), last_loss_, acc,
+        samples_per_s_);
+    const bool tty = isatty(STDOUT_FILENO);
+    if (final) {
+      std::printf("%s%s (done in %.1f s)\n", tty ? "\r" : "", line,
+                  Seconds(start_));
+    } else {
+      std::printf("%s%s%s", tty ? "\r" : "", line, tty ? "   " : "\n");
+    }
+    std::fflush(stdout);
+  }
+
+  const TrainerOptions& o_;
+  Client& client_;
+  uint64_t samples_ = 0;
+  double loss_sum_ = 0;  // since the last report
+  int loss_count_ = 0;
+  float last_loss_ = 0;
+  float test_accuracy_ = -1;
+  float samples_per_s_ = 0;
+  Clock::time_point start_ = Clock::now();
+  Clock::time_point last_report_ = Clock::now();
+  uint64_t samples_at_last_report_ = 0;
+};
+
+// Sleeps so that a step that computed for `compute_s` takes `slowdown`
+// times as long: a straggler in proportion to its real work.
+void SlowDown(double slowdown, double compute_s) {
+  if (slowdown > 1.0) {
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(compute_s * (slowdown - 1.0)));
+  }
+}
+
+class DenseTrainer {
+ public:
+  DenseTrainer(const TrainerOptions& o, Client& client, DenseModel& model,
+               const DenseDataset& train, const DenseDataset* test)
+      : o_(o),
+        client_(client),
+        model_(model),
+        train_(train),
+        test_(test),
+        reporter_(o, client) {}
+
+  Status Run() {
+    for (const ParamSpec& spec : model_.specs()) {
+      TETHER_RETURN_IF_ERROR(
+          client_.DefineTensor(spec.name, spec.shape, spec.init));
+    }
+    batch_x_.resize(size_t(o_.batch) * train_.features);
+    batch_y_.resize(o_.batch);
+    for (int epoch = 0; epoch < o_.epochs; ++epoch) {
+      std::vector<uint32_t> order =
+          WorkerShare(train_.rows, client_.rank(), client_.num_workers(),
+                      client_.seed(), epoch);
+      for (size_t first = 0; first < order.size(); first += o_.batch) {
+        TETHER_RETURN_IF_ERROR(Step(order, first, epoch));
+      }
+    }
+    // The last evaluation, on the weights as they are now.
+    TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
+    Result<EvalResult> eval = Evaluate();
+    if (!eval.ok()) return eval.status();
+    return reporter_.Report(o_.epochs - 1, &*eval, /*final=*/true);
+  }
+
+ private:
+  Result<EvalResult> Evaluate() {
+    if (test_ == nullptr) return EvalResult{};
+    return model_.Evaluate(test_->x.data(), test_->y.data(), test_->rows);
+  }
+
+  Status Step(const std::vector<uint32_t>& order, size_t first, int epoch) {
+    const int n =
+        static_cast<int>(std::min<size_t>(o_.batch, order.size() - first));
+    const size_t f = train_.features;
+    for (int i = 0; i < n; ++i) {
+      uint32_t row = order[first + i];
+      std::copy_n(train_.x.data() + size_t{row} * f, f,
+                  batch_x_.data() + i * f);
+      batch_y_[i] = train_.y[row];
+    }
+    TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
+    auto compute_start = Clock::now();
+    auto loss = model_.Step(batch_x_.data(), batch_y_.data(), n);
+    if (!loss.ok()) return loss.status();
+    SlowDown(o_.slowdown, Seconds(compute_start));
+    TETHER_RETURN_IF_ERROR(PushAll(client_, model_));
+    TETHER_RETURN_IF_ERROR(client_.Clock());
+    reporter_.AddStep(n, *loss);
+    if (reporter_.EvalDue() && test_ != nullptr) {
+      auto eval = Evaluate();
+      if (!eval.ok()) return eval.status();
+      return reporter_.Report(epoch, &*eval, false);
+    }
+    if (reporter_.ReportDue()) return reporter_.Report(epoch, nullptr, false);
+    return Status::Ok();
+  }
+
+  const TrainerOptions& o_;
+  Client& client_;
+  DenseModel& model_;
+  const DenseDataset& train_;
+  const DenseDataset* test_;
+  Reporter reporter_;
+  std::vector<float> batch_x_;
+  std::vector<int32_t> batch_y_;
+};
+
+// Sparse logistic regression over a LIBSVM file: each step pulls only the
+// rows its batch touches.
+class SparseTrainer {
+ public:
+  SparseTrainer(const TrainerOptions& o, Client& client)
+      : o_(o), client_(client), reporter_(o, client) {}
+
+  Status Run() {
+    using Lr = SparseLogisticRegression;
+    TETHER_RETURN_IF_ERROR(client_.DefineTable(Lr::kTable, 1));
+    TETHER_RETURN_IF_ERROR(client_.DefineTensor(Lr::kBias, {1}));
+    auto reader =
+        LibsvmReader::Open(o_.data, client_.rank(), client_.num_workers());
+    if (!reader.ok()) return reader.status();
+    std::vector<SparseExample> batch;
+    for (int epoch = 0; epoch < o_.epochs; ++epoch) {
+      if (epoch > 0) TETHER_RETURN_IF_ERROR((*reader)->Rewind());
+      while (true) {
+        auto n = (*reader)->Next(o_.batch, &batch);
+        if (!n.ok()) return n.status();
+        if (*n == 0) break;
+        TETHER_RETURN_IF_ERROR(Step(batch, epoch));
+      }
+    }
+    Result<EvalResult> eval = Evaluate();
+    if (!eval.ok()) return eval.status();
+    return reporter_.Report(o_.epochs - 1, &*eval, /*final=*/true);
+  }
+
+ private:
+  Status PullWeights(const std::vector<SparseExample>& batch,
+                     std::vector<uint64_t>* keys, std::vector<float>* w,
+                     float* bias) {
+    *keys = SparseLogisticRegression::UniqueKeys(batch);
+    w->resize(keys->size());
+    TETHER_RETURN_IF_ERROR(
+        client_.PullRows(SparseLogisticRegression::kTable, *keys, *w));
+    return client_.Pull(SparseLogisticRegression::kBias,
+                        std::span<float>(bias, 1));
+  }
+
+  Status Step(const std::vector<SparseExample>& batch, int epoch) {
+    std::vector<uint64_t> keys;
+    std::vector<float> w;
+    float bias = 0;
+    TETHER_RETURN_IF_ERROR(PullWeights(batch, &keys, &w, &bias));
+    auto compute_start = Clock::now();
+    std::vector<float> grad(keys.size());
+    float grad_bias = 0;
+    float loss =
+        SparseLogisticRegression::Step(batch, keys, w, bias, grad, &grad_bias);
+    SlowDown(o_.slowdown, Seconds(compute_start));
+    TETHER_RETURN_IF_ERROR(
+        client_.PushRows(SparseLogisticRegression::kTable, keys, grad));
+    TETHER_RETURN_IF_ERROR(client_.Push(SparseLogisticRegression::kBias,
+                                        std::span<const float>(&grad_bias, 1)));
+    TETHER_RETURN_IF_ERROR(client_.Clock());
+    reporter_.AddStep(static_cast<int>(batch.size()), loss);
+    if (reporter_.EvalDue() && !o_.test_data.empty()) {
+      auto eval = Evaluate();
+      if (!eval.ok()) return eval.status();
+      return reporter_.Report(epoch, &*eval, false);
+    }
+    if (reporter_.ReportDue()) return reporter_.Report(epoch, nullptr, false);
+    return Status::Ok();
+  }
+
+  // Streams the test file through the current weights.
+  Result<EvalResult> Evaluate() {
+    EvalResult total;
+    if (o_.test_data.empty()) return total;
+    auto reader = LibsvmReader::Open(o_.test_data);
+    if (!reader.ok()) return reader.status();
+    std::vector<SparseExample> batch;
+    while (true) {
+      auto n = (*reader)->Next(4096, &batch);
+      if (!n.ok()) return n.status();
+      if (*n == 0) break;
+      std::vector<uint64_t> keys;
+      std::vector<float> w;
+      float bias = 0;
+      TETHER_RETURN_IF_ERROR(PullWeights(batch, &keys, &w, &bias));
+      EvalResult r = SparseLogisticRegression::Evaluate(batch, keys, w, bias);
+      total.loss_sum += r.loss_sum;
+      total.correct += r.correct;
+      total.rows += r.rows;
+    }
+    return total;
+  }
+
+  const TrainerOptions& o_;
+  Client& client_;
+  Reporter reporter_;
+};
+
+Status EvaluateOnly(const TrainerOptions& o, DenseModel& model,
+                    const DenseDataset& test) {
+  ClientOptions co;
+  co.coordinator = o.coordinator;
+  co.observer = true;
+  co.name = "tether-worker --evaluate-only";
+  auto client = Client::Connect(co);
+  if (!client.ok()) return client.status();
+  for (const ParamSpec& spec : model.specs()) {
+    TETHER_RETURN_IF_ERROR(
+        (*client)->DefineTensor(spec.name, spec.shape, spec.init));
+  }
+  TETHER_RETURN_IF_ERROR(PullAll(**client, model));
+  auto r = model.Evaluate(test.x.data(), test.y.data(), test.rows);
+  if (!r.ok()) return r.status();
+  std::printf("test accuracy %.4f loss %.4f over %lld rows\n",
+              double(r->correct) / std::max<int64_t>(1, r->rows),
+              r->loss_sum / std::max<int64_t>(1, r->rows),
+              static_cast<long long>(r->rows));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status RunTrainer(const TrainerOptions& o) {
+  if (o.batch < 1) return InvalidArgument("--batch: must be at least 1");
+  if (o.epochs < 1) return InvalidArgument("--epochs: must be at least 1");
+  if (o.threads < 1) return InvalidArgument("--threads: must be at least 1");
+  if (!(o.slowdown >= 1.0)) {
+    return InvalidArgument("--slowdown: must be at least 1");
+  }
+  if (o.model == "sparse-lr") {
+    if (o.evaluate_only) {
+      return InvalidArgument("--evaluate-only: dense models only");
+    }
+    ClientOptions co;
+    co.coordinator = o.coordinator;
+    co.rank = o.rank;
+    co.staleness = o.staleness;
+    co.name = "tether-worker sparse-lr";
+    auto client = Client::Connect(co);
+    if (!client.ok()) return client.status();
+    return SparseTrainer(o, **client).Run();
+  }
+  if (o.model != "mlp" && o.model != "softmax") {
+    return InvalidArgument("--model: unknown '" + o.model +
+                           "' (expected softmax, mlp or sparse-lr)");
+  }
+  auto hidden = ParseWidths(o.hidden);
+  if (!hidden.ok()) return hidden.status();
+  std::string test_spec = o.test_data;
+  if (test_spec.empty() && o.data == "fashion-mnist") test_spec = o.data;
+  std::optional<DenseDataset> test;
+  if (!test_spec.empty()) {
+    auto loaded = LoadDense(test_spec, /*train=*/false, "--test-data");
+    if (!loaded.ok()) return loaded.status();
+    test = std::move(*loaded);
+  }
+  Result<DenseDataset> train = [&]() -> Result<DenseDataset> {
+    if (o.evaluate_only) return DenseDataset{};
+    return LoadDense(o.data, /*train=*/true, "--data");
+  }();
+  if (!train.ok()) return train.status();
+  const DenseDataset& shape_source = o.evaluate_only ? *test : *train;
+  if (o.evaluate_only && !test) {
+    return InvalidArgument("--evaluate-only: needs --test-data");
+  }
+  const int features = static_cast<int>(shape_source.features);
+  int classes = std::max(2, shape_source.classes);
+  if (test) classes = std::max(classes, test->classes);
+  auto model =
+      o.model == "mlp"
+          ? MakeMlp(features, *hidden, classes, o.batch, o.threads)
+          : MakeSoftmaxRegression(features, classes, o.batch, o.threads);
+  if (!model.ok()) return model.status();
+  if (o.evaluate_only) return EvaluateOnly(o, **model, *test);
+
+  ClientOptions co;
+  co.coordinator = o.coordinator;
+  co.rank = o.rank;
+  co.staleness = o.staleness;
+  co.name = "tether-worker " + o.model;
+  auto client = Client::Connect(co);
+  if (!client.ok()) return client.status();
+  DenseTrainer trainer(o, **client, **model, *train, test ? &*test : nullptr);
+  return trainer.Run();
+}
+
+}  // namespace tether

@@ -1,0 +1,39 @@
+// The training loop of tether-worker: pull (honouring the staleness
+// bound), compute, push, clock; report progress to the coordinator; and
+// evaluate on the test set every few clocks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "schema/status.h"
+
+namespace tether {
+
+struct TrainerOptions {
+  std::string coordinator = "127.0.0.1:7070";  // --coordinator
+  int rank = -1;                   // --rank: -1 lets the coordinator pick
+  int staleness = 0;               // --staleness: 0 BSP, -1 async
+  std::string model = "mlp";       // --model: softmax, mlp or sparse-lr
+  std::string hidden = "256,128";  // --hidden: MLP layer widths
+  // --data: "fashion-mnist", "IMAGES,LABELS" (IDX files) for dense models,
+  // or a LIBSVM file for sparse-lr.
+  std::string data = "fashion-mnist";
+  // --test-data: like --data; default: Fashion-MNIST's test split for
+  // fashion-mnist, none otherwise.
+  std::string test_data;
+  int batch = 64;              // --batch
+  int epochs = 1;              // --epochs
+  int threads = 1;             // --threads: compute threads
+  double slowdown = 1.0;       // --slowdown: F >= 1 runs F times slower
+  int eval_every = 200;        // --eval-every: clocks; 0 never
+  int report_every = 10;       // --report-every: clocks
+  bool evaluate_only = false;  // --evaluate-only: as an observer
+  bool quiet = false;          // --quiet: no progress line
+};
+
+// Runs training (or evaluation) to the end. The status says why it
+// stopped early: a bad option, a data file, an unreachable cluster.
+Status RunTrainer(const TrainerOptions& options);
+
+}  // namespace tether
