@@ -65,7 +65,8 @@ class Launcher {
   // Watches until every worker has exited; kUnavailable names a process
   // that failed.
   Status Watch();
-  void ShowProgress(bool tty);
+  // Polls the coordinator; prints a progress line when `print`.
+  void Poll(bool print, bool tty);
   Status Evaluate(double* accuracy);
   void StopAll();
   Status Failed(const Process& p, const std::string& name,
@@ -78,6 +79,7 @@ class Launcher {
   std::vector<std::unique_ptr<Process>> workers_;
   std::unique_ptr<Client> observer_;
   Clock::time_point start_ = Clock::now();
+  double target_reached_s_ = -1;  // when a test accuracy >= target was seen
 };
 
 Status Launcher::Failed(const Process& p, const std::string& name,
@@ -156,7 +158,7 @@ Status Launcher::StartWorkers() {
   return Status::Ok();
 }
 
-void Launcher::ShowProgress(bool tty) {
+void Launcher::Poll(bool print, bool tty) {
   if (!observer_) {
     ClientOptions co;
     co.coordinator = coordinator_;
@@ -181,12 +183,17 @@ void Launcher::ShowProgress(bool tty) {
       ++reported;
     }
     rate += w.samples_per_s;
+    if (w.test_accuracy >= o_.target_accuracy && target_reached_s_ < 0) {
+      target_reached_s_ =
+          std::chrono::duration<double>(Clock::now() - start_).count();
+    }
     if (w.test_accuracy >= 0) {
       char a[16];
       std::snprintf(a, sizeof a, "%.1f%%", 100.0 * w.test_accuracy);
       accuracy = a;
     }
   }
+  if (!print) return;
   char line[512];
   std::snprintf(line, sizeof line,
                 "%5.1f s  clocks [%s]  min %lld  loss %.3f  test acc %s  "
@@ -223,12 +230,11 @@ Status Launcher::Watch() {
     // A line every 5 s when the output is a log, 4 times a second on a
     // terminal.
     auto every = tty ? std::chrono::milliseconds(250) : std::chrono::seconds(5);
-    if (Clock::now() - last_line >= every || !running) {
-      ShowProgress(tty);
-      last_line = Clock::now();
-    }
+    const bool print = Clock::now() - last_line >= every || !running;
+    Poll(print, tty);
+    if (print) last_line = Clock::now();
     if (!running) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   if (tty) std::printf("\n");
   return Status::Ok();
@@ -298,6 +304,10 @@ int Launcher::Run() {
       "target\n",
       100 * accuracy, secs, reached ? "reached" : "MISSED",
       100 * o_.target_accuracy);
+  if (target_reached_s_ >= 0) {
+    std::printf("tether-up: rank 0 first measured %.0f%% at %.1f s\n",
+                100 * o_.target_accuracy, target_reached_s_);
+  }
   return reached ? 0 : 1;
 }
 
