@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
 #include <sstream>
 
 namespace tether {
@@ -195,6 +196,26 @@ Status FlagParser::Parse(int argc, const char* const* argv) {
     set_.insert(name);
   }
   return Status::Ok();
+}
+
+std::optional<int> FlagParser::ParseForMain(int argc, const char* const* argv,
+                                            bool positional_allowed) {
+  // The program name without any " COMMAND" suffix.
+  const std::string name = program_.substr(0, program_.find(' '));
+  if (Status s = Parse(argc, argv); !s.ok()) {
+    std::cerr << name << ": " << s.message() << "\n";
+    return 2;
+  }
+  if (help_requested_) {
+    std::cout << Usage();
+    return 0;
+  }
+  if (!positional_allowed && !positional_.empty()) {
+    std::cerr << name << ": unexpected argument '" << positional_.front()
+              << "' (flags start with --)\n";
+    return 2;
+  }
+  return std::nullopt;
 }
 
 std::string FlagParser::Usage() const {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -48,6 +49,13 @@ class FlagParser {
   // Returns kInvalidArgument naming the flag for an unknown flag, a missing
   // value or a value of the wrong type. `--help` sets help_requested().
   Status Parse(int argc, const char* const* argv);
+
+  // Parse() for a main(): on --help prints the usage to stdout (exit code
+  // 0), on an error prints "<program>: <message>" to stderr (exit code 2),
+  // and on unexpected positional arguments when `positional_allowed` is
+  // false, likewise 2. Returns the exit code, or nullopt to go on.
+  std::optional<int> ParseForMain(int argc, const char* const* argv,
+                                  bool positional_allowed = false);
 
   bool help_requested() const { return help_requested_; }
   bool WasSet(const std::string& name) const { return set_.count(name) > 0; }

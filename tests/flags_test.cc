@@ -387,3 +387,26 @@ TEST(HostPort, BracketedIpv6WithoutPortRejected) {
 
 }  // namespace
 }  // namespace tether
+
+namespace tether {
+namespace {
+
+TEST(FlagsForMain, ExitCodesForHelpErrorsAndStrayArguments) {
+  int port = 0;
+  auto parse = [&](std::vector<const char*> argv, bool positional) {
+    FlagParser p("prog", "test");
+    p.AddInt("port", &port, "port");
+    argv.insert(argv.begin(), "prog");
+    return p.ParseForMain(static_cast<int>(argv.size()), argv.data(),
+                          positional);
+  };
+  EXPECT_EQ(parse({"--help"}, false), std::optional<int>(0));
+  EXPECT_EQ(parse({"--bogus"}, false), std::optional<int>(2));
+  EXPECT_EQ(parse({"stray"}, false), std::optional<int>(2));
+  EXPECT_EQ(parse({"stray"}, true), std::nullopt);
+  EXPECT_EQ(parse({"--port", "9"}, false), std::nullopt);
+  EXPECT_EQ(port, 9);
+}
+
+}  // namespace
+}  // namespace tether

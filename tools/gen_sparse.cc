@@ -331,16 +331,8 @@ int Main(int argc, char** argv) {
               "also write the true weights as 'key weight' lines (the keys "
               "that appear, or all when F <= 65536)");
   p.AddBool("quiet", &o.quiet, "no progress or summary on stderr");
-  Status s = p.Parse(argc, argv);
-  if (s.ok() && p.help_requested()) {
-    std::cout << p.Usage();
-    return 0;
-  }
-  if (s.ok() && !p.positional().empty()) {
-    s = InvalidArgument("unexpected argument '" + p.positional()[0] +
-                        "' (see --help)");
-  }
-  if (s.ok()) s = ValidateOptions(o);
+  if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
+  Status s = ValidateOptions(o);
   if (!s.ok()) {
     std::cerr << "tether-gen-sparse: " << s.message() << "\n";
     return 2;

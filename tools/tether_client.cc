@@ -186,10 +186,9 @@ int Main(int argc, char** argv) {
   p.AddInt("sleep-ms", &o.sleep_ms, "train: sleep per iteration (straggler)");
   p.AddInt("print", &o.print, "pull: values to print");
   p.AddBool("quiet", &o.quiet, "train: no progress lines");
-  if (Status s = p.Parse(argc, argv); !s.ok()) return Fail(s);
-  if (p.help_requested()) {
-    std::cout << p.Usage();
-    return 0;
+  if (auto exit_code =
+          p.ParseForMain(argc, argv, /*positional_allowed=*/true)) {
+    return *exit_code;
   }
   if (p.positional().size() != 1) {
     return Fail(InvalidArgument(

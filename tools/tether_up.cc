@@ -333,14 +333,7 @@ int Main(int argc, char** argv) {
               "test accuracy the run must reach to exit 0");
   p.AddInt("threads", &o.threads, "compute threads per worker");
   p.AddString("log-dir", &o.log_dir, "where logs go (default: a new /tmp dir)");
-  if (Status s = p.Parse(argc, argv); !s.ok()) {
-    std::cerr << "tether-up: " << s.message() << "\n";
-    return 2;
-  }
-  if (p.help_requested()) {
-    std::cout << p.Usage();
-    return 0;
-  }
+  if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   if (o.shards < 1 || o.workers < 1 || o.slow < 0 || o.slow > o.workers ||
       o.slowdown < 1) {
     std::cerr << "tether-up: need --shards >= 1, --workers >= 1, 0 <= --slow "

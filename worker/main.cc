@@ -1,5 +1,6 @@
 // tether-worker: trains a model against a tether cluster. See --help.
 #include <iostream>
+#include <optional>
 
 #include "schema/flags.h"
 #include "schema/log.h"
@@ -35,19 +36,7 @@ int main(int argc, char** argv) {
   p.AddBool("evaluate-only", &o.evaluate_only,
             "pull the weights as an observer, print test accuracy, exit");
   p.AddBool("quiet", &o.quiet, "no progress line, only the final one");
-  if (auto s = p.Parse(argc, argv); !s.ok()) {
-    std::cerr << "tether-worker: " << s.message() << "\n";
-    return 2;
-  }
-  if (p.help_requested()) {
-    std::cout << p.Usage();
-    return 0;
-  }
-  if (!p.positional().empty()) {
-    std::cerr << "tether-worker: unexpected argument '" << p.positional()[0]
-              << "'\n";
-    return 2;
-  }
+  if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   tether::InitLogging("worker", tether::LogLevel::kWarning);
   tether::Status s = tether::RunTrainer(o);
   if (!s.ok()) {

@@ -62,15 +62,15 @@ Result<DenseDataset> LoadDense(const std::string& spec, bool train,
   return LoadIdx(spec.substr(0, comma), spec.substr(comma + 1));
 }
 
-// All of a model's parameters pulled or pushed at once; returns the first
-// error.
-Status PullAll(Client& client, DenseModel& model) {
+// Issues `start(i, done)` for every parameter i at once and waits for all;
+// returns the first error.
+template <typename Start>
+Status ForEachParamAtOnce(size_t params, Start start) {
   std::vector<std::future<Status>> parts;
-  for (size_t i = 0; i < model.specs().size(); ++i) {
+  for (size_t i = 0; i < params; ++i) {
     auto promise = std::make_shared<std::promise<Status>>();
     parts.push_back(promise->get_future());
-    client.PullAsync(model.specs()[i].name, model.weights()[i],
-                     [promise](const Status& s) { promise->set_value(s); });
+    start(i, [promise](const Status& s) { promise->set_value(s); });
   }
   Status first;
   for (auto& p : parts) {
@@ -80,20 +80,16 @@ Status PullAll(Client& client, DenseModel& model) {
   return first;
 }
 
+Status PullAll(Client& client, DenseModel& model) {
+  return ForEachParamAtOnce(model.specs().size(), [&](size_t i, auto done) {
+    client.PullAsync(model.specs()[i].name, model.weights()[i], done);
+  });
+}
+
 Status PushAll(Client& client, const DenseModel& model) {
-  std::vector<std::future<Status>> parts;
-  for (size_t i = 0; i < model.specs().size(); ++i) {
-    auto promise = std::make_shared<std::promise<Status>>();
-    parts.push_back(promise->get_future());
-    client.PushAsync(model.specs()[i].name, model.grads()[i],
-                     [promise](const Status& s) { promise->set_value(s); });
-  }
-  Status first;
-  for (auto& p : parts) {
-    Status s = p.get();
-    if (first.ok()) first = s;
-  }
-  return first;
+  return ForEachParamAtOnce(model.specs().size(), [&](size_t i, auto done) {
+    client.PushAsync(model.specs()[i].name, model.grads()[i], done);
+  });
 }
 
 // Progress: counts samples and loss, reports to the coordinator, prints

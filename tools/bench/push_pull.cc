@@ -23,10 +23,7 @@ int main(int argc, char** argv) {
   p.AddUint64("floats", &floats, "tensor size in floats");
   p.AddInt("rounds", &rounds, "timed push+pull rounds");
   p.AddInt("warmup", &warmup, "untimed rounds first");
-  if (auto s = p.Parse(argc, argv); !s.ok()) {
-    std::cerr << "tether-bench-pushpull: " << s.message() << "\n";
-    return 2;
-  }
+  if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   tether::ClientOptions o;
   o.coordinator = coordinator;
   o.observer = true;

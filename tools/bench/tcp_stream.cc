@@ -26,10 +26,7 @@ int main(int argc, char** argv) {
   p.AddString("serve", &serve, "HOST:PORT to receive on");
   p.AddString("send", &send, "HOST:PORT to send to");
   p.AddUint64("bytes", &bytes, "bytes to send");
-  if (auto s = p.Parse(argc, argv); !s.ok()) {
-    std::cerr << "tether-bench-tcp: " << s.message() << "\n";
-    return 2;
-  }
+  if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   try {
     asio::io_context io;
     std::vector<char> buffer(size_t{4} << 20, 1);
