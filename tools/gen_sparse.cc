@@ -281,7 +281,7 @@ Status WriteRows(const GenOptions& o, OutFile& out, std::vector<bool>& seen,
     }
     if (progress && (row + 1) % kProgressEvery == 0) {
       std::fprintf(stderr, "\rgen-sparse: %llu/%llu rows",
-                   static_cast<unsigned long long>(row + 1),
+                   static_cast<unsigned long long>(row) + 1,
                    static_cast<unsigned long long>(o.rows));
       *progress_shown = true;
     }

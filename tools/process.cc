@@ -35,6 +35,7 @@ Result<std::unique_ptr<Process>> Process::Start(std::vector<std::string> argv,
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (std::string& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
     execv(args[0], args.data());

@@ -101,7 +101,7 @@ Status Launcher::StartShards() {
         "--data-dir",
         o_.log_dir + "/shard" + std::to_string(id)};
     if (id == 0) {
-      for (std::string a :
+      for (const std::string& a :
            {std::string("--workers"), std::to_string(o_.workers),
             std::string("--max-staleness"), std::to_string(o_.staleness),
             std::string("--optimizer"), o_.optimizer, std::string("--lr"),

@@ -92,7 +92,7 @@ Result<std::vector<uint32_t>> ReadIdxHeader(gzFile f, const std::string& path,
                                             uint32_t magic, int dims,
                                             const char* kind) {
   std::vector<uint8_t> header;
-  auto got = ReadBytes(f, path, 4 * (1 + dims), &header);
+  auto got = ReadBytes(f, path, size_t{4} * (1 + dims), &header);
   if (!got.ok()) return got.status();
   if (*got < 4) {
     return InvalidArgument(path + ": truncated: no IDX magic number");
@@ -103,12 +103,13 @@ Result<std::vector<uint32_t>> ReadIdxHeader(gzFile f, const std::string& path,
                            " (expected " + Hex32(magic) + ", an IDX " + kind +
                            " file)");
   }
-  if (*got < 4u * (1 + dims)) {
+  if (*got < size_t{4} * (1 + dims)) {
     return InvalidArgument(path + ": truncated IDX header");
   }
   std::vector<uint32_t> sizes;
+  sizes.reserve(dims);
   for (int d = 0; d < dims; ++d) {
-    sizes.push_back(BigEndian32(header.data() + 4 * (1 + d)));
+    sizes.push_back(BigEndian32(header.data() + size_t{4} * (1 + d)));
   }
   return sizes;
 }
