@@ -80,7 +80,7 @@ flatbuffers::Offset<flatbuffers::Vector<float>> FrameSplicer::AddFloats(
   auto offset = fbb_.CreateUninitializedVector(values.size(), &reserved);
   // The builder grows toward the front, so a distance from the end stays
   // valid through later growth and Finish.
-  const uint8_t* end = fbb_.GetBufferPointer() + fbb_.GetSize();
+  const uint8_t* end = fbb_.GetCurrentBufferPointer() + fbb_.GetSize();
   pending_.push_back(
       {static_cast<size_t>(end - reinterpret_cast<const uint8_t*>(reserved)),
        reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes()});
