@@ -9,7 +9,7 @@ Coordinator::Coordinator(RunSettings settings, std::string own_address,
     : settings_(settings),
       worker_clock_(std::move(worker_clock)),
       shard_addresses_(settings.num_shards),
-      shard_conns_(settings.num_shards, nullptr),
+      shard_conns_(settings.num_shards),
       worker_conns_(settings.num_workers, nullptr) {
   shard_addresses_[0] = std::move(own_address);
 }
@@ -37,7 +37,7 @@ void Coordinator::RegisterShard(int shard_id, const std::string& address,
                             std::to_string(settings_.num_shards - 1) +
                             " (coordinator runs --shards " +
                             std::to_string(settings_.num_shards) + ")");
-  } else if (shard_conns_[shard_id] != nullptr) {
+  } else if (shard_conns_[shard_id].lock() != nullptr) {
     error = InvalidArgument("shard " + std::to_string(shard_id) +
                             " is already registered from " +
                             shard_addresses_[shard_id]);
@@ -50,7 +50,7 @@ void Coordinator::RegisterShard(int shard_id, const std::string& address,
     return conn->SendAndClose(MakeErrorFrame(0, error));
   }
   shard_addresses_[shard_id] = address;
-  shard_conns_[shard_id] = conn.get();
+  shard_conns_[shard_id] = conn;
   TETHER_LOG(kInfo) << "shard " << shard_id << " registered at " << address;
   conn->Send(MakeWelcome(-1, -1));
   ReleaseLocked();
@@ -59,8 +59,8 @@ void Coordinator::RegisterShard(int shard_id, const std::string& address,
 void Coordinator::ShardLeft(int shard_id, const Connection* conn) {
   std::lock_guard lock(mu_);
   if (shard_id > 0 && shard_id < settings_.num_shards &&
-      shard_conns_[shard_id] == conn) {
-    shard_conns_[shard_id] = nullptr;
+      shard_conns_[shard_id].lock().get() == conn) {
+    shard_conns_[shard_id].reset();
     TETHER_LOG(kWarning) << "shard " << shard_id << " disconnected";
   }
 }
@@ -104,6 +104,45 @@ void Coordinator::WorkerLeft(int rank, const Connection* conn) {
   std::erase_if(waiting_,
                 [conn](const Waiting& w) { return w.conn.get() == conn; });
   TETHER_LOG(kInfo) << "worker " << rank << " left";
+}
+
+void Coordinator::OnRoundComplete(
+    std::function<void(int64_t, uint64_t)> on_complete) {
+  std::lock_guard lock(mu_);
+  on_round_complete_ = std::move(on_complete);
+}
+
+void Coordinator::RoundWritten(int shard_id, int64_t round, uint64_t bytes,
+                               const std::string& error) {
+  std::unique_lock lock(mu_);
+  if (shard_id < 0 || shard_id >= settings_.num_shards) return;
+  if (!error.empty()) {
+    TETHER_LOG(kError) << "checkpoint round " << round << " failed on shard "
+                       << shard_id << ": " << error
+                       << "; the previous complete round stays the latest";
+    rounds_.erase(round);
+    return;
+  }
+  RoundProgress& progress = rounds_[round];
+  progress.written.resize(settings_.num_shards, false);
+  progress.written[shard_id] = true;
+  progress.bytes += bytes;
+  for (bool w : progress.written) {
+    if (!w) return;
+  }
+  const uint64_t total = progress.bytes;
+  // Older rounds that never completed never will.
+  rounds_.erase(rounds_.begin(), rounds_.upper_bound(round));
+  std::vector<std::shared_ptr<Connection>> shards;
+  for (auto& weak : shard_conns_) {
+    if (auto conn = weak.lock()) shards.push_back(std::move(conn));
+  }
+  auto on_complete = on_round_complete_;
+  lock.unlock();
+  if (on_complete) on_complete(round, total);
+  flatbuffers::FlatBufferBuilder fbb(64);
+  OutFrame frame = FinishFrame(fbb, wire::CreateRoundComplete(fbb, round));
+  for (auto& conn : shards) conn->Send(frame);
 }
 
 void Coordinator::JoinObserver(const std::shared_ptr<Connection>& conn) {

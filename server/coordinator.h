@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -45,6 +46,13 @@ class Coordinator {
   // An observer's Hello; Welcome follows once the shard map is complete.
   void JoinObserver(const std::shared_ptr<Connection>& conn);
 
+  // Shard `shard_id` wrote its slice of `round` (`error` empty) or failed.
+  // Once every shard has written a round, `on_complete(round, bytes)` runs
+  // (to record it) and every shard is told, so it may prune older rounds.
+  void RoundWritten(int shard_id, int64_t round, uint64_t bytes,
+                    const std::string& error);
+  void OnRoundComplete(std::function<void(int64_t, uint64_t)> on_complete);
+
  private:
   struct Waiting {
     std::shared_ptr<Connection> conn;
@@ -63,7 +71,13 @@ class Coordinator {
   mutable std::mutex mu_;
   // Guarded by mu_.
   std::vector<std::string> shard_addresses_;  // "" until registered
-  std::vector<const Connection*> shard_conns_;
+  std::vector<std::weak_ptr<Connection>> shard_conns_;
+  struct RoundProgress {
+    std::vector<bool> written;
+    uint64_t bytes = 0;
+  };
+  std::map<int64_t, RoundProgress> rounds_;  // rounds not yet complete
+  std::function<void(int64_t, uint64_t)> on_round_complete_;
   std::vector<const Connection*> worker_conns_;  // by rank; null when free
   std::vector<Waiting> waiting_;  // hello'd peers not yet welcomed
   bool started_ = false;          // every worker has been welcomed once

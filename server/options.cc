@@ -1,5 +1,7 @@
 #include "server/options.h"
 
+#include <cstdlib>
+
 namespace tether {
 namespace {
 
@@ -42,6 +44,14 @@ void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
   p.AddFloat("beta1", &o.optimizer.beta1, "Adam beta1");
   p.AddFloat("beta2", &o.optimizer.beta2, "Adam beta2");
   p.AddFloat("epsilon", &o.optimizer.epsilon, "AdaGrad/Adam epsilon");
+  p.AddInt64("checkpoint-every", &o.checkpoint_every,
+             "write a checkpoint round every K clocks into --data-dir; 0: "
+             "never");
+  p.AddInt("keep-checkpoints", &o.keep_checkpoints,
+           "complete rounds to keep; older ones are deleted");
+  p.AddString("resume", &o.resume,
+              "resume every shard from a complete round: latest or a round "
+              "number (shard 0; other shards follow it)");
   p.AddInt("threads", &o.threads, "I/O threads");
   p.AddUint64("max-frame-bytes", &o.max_frame_bytes,
               "largest frame accepted; longer ones close the connection");
@@ -92,6 +102,27 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
   }
   if (o.block_size < 1) return InvalidArgument("--block-size: must be >= 1");
   if (!(o.optimizer.lr > 0)) return InvalidArgument("--lr: must be > 0");
+  if (o.checkpoint_every < 0) {
+    return InvalidArgument("--checkpoint-every: must be >= 0");
+  }
+  if (o.keep_checkpoints < 1) {
+    return InvalidArgument("--keep-checkpoints: must be >= 1");
+  }
+  if (!o.resume.empty() && o.resume != "latest") {
+    char* end = nullptr;
+    long long round = std::strtoll(o.resume.c_str(), &end, 10);
+    if (*end != '\0' || round < 0) {
+      return InvalidArgument(
+          "--resume: expected latest or a round number, "
+          "got '" +
+          o.resume + "'");
+    }
+  }
+  if ((o.checkpoint_every > 0 || !o.resume.empty()) && o.data_dir.empty() &&
+      o.shard_id == 0) {
+    return InvalidArgument(
+        "--data-dir: required with --checkpoint-every or --resume");
+  }
   if (o.threads < 1 || o.threads > 256) {
     return InvalidArgument("--threads: must be in 1..256");
   }

@@ -66,6 +66,15 @@ Status CheckInit(const std::string& what, const InitSpec& init) {
   return Status::Ok();
 }
 
+// A snapshot's block or row whose slots do not suit this store's optimizer
+// (e.g. Adam's restored into SGD).
+Status SlotMismatch(const std::string& what, size_t got, size_t need,
+                    OptimizerKind kind) {
+  return InvalidArgument(what + " has " + std::to_string(got) +
+                         " slot floats, the " + OptimizerName(kind) +
+                         " optimizer needs " + std::to_string(need));
+}
+
 Status ShapeMismatch(std::string message) {
   return Status(Code::kShapeMismatch, std::move(message));
 }
@@ -152,22 +161,31 @@ struct ParamStore::Table {
   float* Row(uint64_t r) {
     return chunks[r / rows_per_chunk].get() + (r % rows_per_chunk) * stride;
   }
+  const float* Row(uint64_t r) const {
+    return chunks[r / rows_per_chunk].get() + (r % rows_per_chunk) * stride;
+  }
+
+  // Appends row `r` (== rows()) with update count `step`; the caller fills
+  // it.
+  float* Append(uint64_t r, uint64_t step) {
+    if (r % rows_per_chunk == 0) {
+      chunks.push_back(
+          std::make_unique_for_overwrite<float[]>(rows_per_chunk * stride));
+    }
+    steps.push_back(step);
+    return Row(r);
+  }
 
   // The row index of `key`, creating and initializing the row if missing.
   uint64_t Touch(uint64_t key, uint64_t seed) {
     auto [it, inserted] = row_of_key.try_emplace(key, rows());
     const uint64_t r = it->second;
     if (!inserted) return r;
-    if (r % rows_per_chunk == 0) {
-      chunks.push_back(
-          std::make_unique_for_overwrite<float[]>(rows_per_chunk * stride));
-    }
-    float* row = Row(r);
+    float* row = Append(r, 0);
     // Wrapping u64 arithmetic on purpose: keys are arbitrary u64s (often
     // hashes) and must still map to some fixed index range.
     FillInitial(init, seed, id, key * uint64_t{dim}, {row, dim});
     std::fill(row + dim, row + stride, 0.0f);
-    steps.push_back(0);
     return r;
   }
 };
@@ -395,6 +413,153 @@ Result<uint64_t> ParamStore::TensorSize(uint32_t tensor) const {
     return NotFound("unknown tensor id " + std::to_string(tensor));
   }
   return it->second->numel;
+}
+
+void ParamStore::Snapshot(std::vector<TensorSnapshot>* tensors,
+                          std::vector<TableSnapshot>* tables) const {
+  // Sorted throughout, so that equal stores give equal snapshots whatever
+  // the hash maps' order.
+  tensors->clear();
+  tables->clear();
+  std::vector<const Tensor*> sorted_tensors;
+  for (const auto& [id, t] : tensors_) sorted_tensors.push_back(t.get());
+  std::sort(sorted_tensors.begin(), sorted_tensors.end(),
+            [](const Tensor* a, const Tensor* b) { return a->id < b->id; });
+  tensors->reserve(sorted_tensors.size());
+  for (const Tensor* t : sorted_tensors) {
+    TensorSnapshot& out = tensors->emplace_back();
+    out.id = t->id;
+    out.name = t->name;
+    out.shape = t->shape;
+    out.init = t->init;
+    std::vector<uint32_t> indices;
+    indices.reserve(t->blocks.size());
+    for (const auto& [index, block] : t->blocks) indices.push_back(index);
+    std::sort(indices.begin(), indices.end());
+    out.blocks.reserve(indices.size());
+    for (uint32_t index : indices) {
+      const Block& b = t->blocks.at(index);
+      const float* w = b.weights_owner.get();
+      out.blocks.push_back(
+          {index, b.step, std::vector<float>(w, w + b.len), b.slots_data});
+    }
+  }
+
+  std::vector<const Table*> sorted_tables;
+  for (const auto& [id, t] : tables_) sorted_tables.push_back(t.get());
+  std::sort(sorted_tables.begin(), sorted_tables.end(),
+            [](const Table* a, const Table* b) { return a->id < b->id; });
+  tables->reserve(sorted_tables.size());
+  for (const Table* t : sorted_tables) {
+    TableSnapshot& out = tables->emplace_back();
+    out.id = t->id;
+    out.name = t->name;
+    out.dim = t->dim;
+    out.init = t->init;
+    std::vector<std::pair<uint64_t, uint64_t>> keys(t->row_of_key.begin(),
+                                                    t->row_of_key.end());
+    std::sort(keys.begin(), keys.end());
+    out.rows.reserve(keys.size());
+    for (const auto& [key, r] : keys) {
+      const float* row = t->Row(r);
+      out.rows.push_back({key, t->steps[r],
+                          std::vector<float>(row, row + t->dim),
+                          std::vector<float>(row + t->dim, row + t->stride)});
+    }
+  }
+}
+
+Status ParamStore::Restore(const std::vector<TensorSnapshot>& tensors,
+                           const std::vector<TableSnapshot>& tables) {
+  // Built aside and swapped in at the end, so an error leaves this store as
+  // it was. Definitions go through DefineTensor/DefineTable for their checks.
+  ParamStore fresh(seed_, block_size_, optimizer_.options());
+  const size_t slots_per_weight = optimizer_.slots_per_weight();
+  auto defined = [](const Result<uint32_t>& id, uint32_t expected,
+                    const std::string& what) -> Status {
+    if (!id.ok()) return InvalidArgument("restore: " + id.status().message());
+    if (*id != expected) {
+      return InvalidArgument(
+          "restore: " + what + " has id " + std::to_string(expected) +
+          " in the snapshot, but its name maps to " + std::to_string(*id));
+    }
+    return Status::Ok();
+  };
+
+  for (const TensorSnapshot& ts : tensors) {
+    const std::string what = "tensor '" + ts.name + "'";
+    if (fresh.tensors_.count(ts.id) > 0) {
+      return InvalidArgument("restore: " + what + " appears twice");
+    }
+    TETHER_RETURN_IF_ERROR(
+        defined(fresh.DefineTensor(ts.name, ts.shape, ts.init), ts.id, what));
+    Tensor& t = *fresh.tensors_.at(ts.id);
+    for (const TensorSnapshot::Block& sb : ts.blocks) {
+      const std::string block =
+          "restore: " + what + ": block " + std::to_string(sb.index);
+      if (sb.index >= t.num_blocks) {
+        return InvalidArgument(block + " is past the end (" +
+                               std::to_string(t.num_blocks) + " blocks)");
+      }
+      const uint32_t len = t.BlockLen(sb.index, block_size_);
+      if (sb.weights.size() != len) {
+        return InvalidArgument(block + " has " +
+                               std::to_string(sb.weights.size()) +
+                               " weights, expected " + std::to_string(len));
+      }
+      if (sb.slots.size() != slots_per_weight * len) {
+        return SlotMismatch(block, sb.slots.size(), slots_per_weight * len,
+                            optimizer_.options().kind);
+      }
+      auto [it, inserted] = t.blocks.try_emplace(sb.index);
+      if (!inserted) return InvalidArgument(block + " appears twice");
+      Block& b = it->second;
+      b.len = len;
+      b.step = sb.step;
+      b.weights_owner.reset(new float[len]);
+      std::memcpy(b.weights_owner.get(), sb.weights.data(),
+                  size_t{len} * sizeof(float));
+      b.slots_data = sb.slots;
+      t.floats_held += size_t{len} * (1 + slots_per_weight);
+    }
+  }
+
+  for (const TableSnapshot& ts : tables) {
+    const std::string what = "table '" + ts.name + "'";
+    if (fresh.tables_.count(ts.id) > 0) {
+      return InvalidArgument("restore: " + what + " appears twice");
+    }
+    TETHER_RETURN_IF_ERROR(
+        defined(fresh.DefineTable(ts.name, ts.dim, ts.init), ts.id, what));
+    Table& t = *fresh.tables_.at(ts.id);
+    for (const TableSnapshot::Row& sr : ts.rows) {
+      const std::string row =
+          "restore: " + what + ": row " + std::to_string(sr.key);
+      if (sr.weights.size() != t.dim) {
+        return InvalidArgument(row + " has " +
+                               std::to_string(sr.weights.size()) +
+                               " weights, expected " + std::to_string(t.dim));
+      }
+      if (sr.slots.size() != t.stride - t.dim) {
+        return SlotMismatch(row, sr.slots.size(), t.stride - t.dim,
+                            optimizer_.options().kind);
+      }
+      const uint64_t r = t.rows();
+      if (!t.row_of_key.emplace(sr.key, r).second) {
+        return InvalidArgument(row + " appears twice");
+      }
+      float* dst = t.Append(r, sr.step);
+      std::memcpy(dst, sr.weights.data(), t.dim * sizeof(float));
+      if (!sr.slots.empty()) {
+        std::memcpy(dst + t.dim, sr.slots.data(),
+                    sr.slots.size() * sizeof(float));
+      }
+    }
+  }
+
+  tensors_.swap(fresh.tensors_);
+  tables_.swap(fresh.tables_);
+  return Status::Ok();
 }
 
 ParamStore::Counts ParamStore::counts() const {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "schema/status.h"
+#include "server/checkpoint.h"
 #include "server/initializer.h"
 #include "server/optimizer.h"
 
@@ -81,6 +82,19 @@ class ParamStore {
   Result<uint32_t> TableDim(uint32_t table) const;
   // Number of floats in `tensor`, or kNotFound.
   Result<uint64_t> TensorSize(uint32_t tensor) const;
+
+  // Copies every tensor and table this store holds (weights, slots and
+  // update counts of each touched block and row) into `tensors` and
+  // `tables`, the data part of a ShardSnapshot. Costs one copy of the
+  // store: the pause a checkpoint causes, since callers hold the lock.
+  void Snapshot(std::vector<TensorSnapshot>* tensors,
+                std::vector<TableSnapshot>* tables) const;
+  // Replaces the store's contents with a snapshot's (definitions included).
+  // kInvalidArgument naming the tensor when a block or row does not fit
+  // (wrong length, slot count for this optimizer, index past the end); the
+  // store is unchanged then.
+  Status Restore(const std::vector<TensorSnapshot>& tensors,
+                 const std::vector<TableSnapshot>& tables);
 
   struct Counts {
     uint32_t tensors = 0;  // dense tensors plus sparse tables defined

@@ -1,6 +1,7 @@
 #include "server/run_settings.h"
 
 #include <algorithm>
+#include <sstream>
 
 namespace tether {
 
@@ -12,6 +13,7 @@ RunSettings SettingsFromOptions(const ServerOptions& options) {
   s.max_staleness = options.max_staleness;
   s.reject_staleness = options.reject_staleness;
   s.block_size = static_cast<uint32_t>(options.block_size);
+  s.checkpoint_every = options.checkpoint_every;
   s.optimizer = options.optimizer;
   return s;
 }
@@ -19,11 +21,11 @@ RunSettings SettingsFromOptions(const ServerOptions& options) {
 flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
     flatbuffers::FlatBufferBuilder& fbb, const RunSettings& s) {
   auto optimizer = fbb.CreateString(OptimizerName(s.optimizer.kind));
-  return wire::CreateRunConfig(fbb, s.seed, s.num_shards, s.num_workers,
-                               s.max_staleness, s.reject_staleness,
-                               s.block_size, optimizer, s.optimizer.lr,
-                               s.optimizer.momentum, s.optimizer.beta1,
-                               s.optimizer.beta2, s.optimizer.epsilon);
+  return wire::CreateRunConfig(
+      fbb, s.seed, s.num_shards, s.num_workers, s.max_staleness,
+      s.reject_staleness, s.block_size, s.checkpoint_every, s.resume_round,
+      optimizer, s.optimizer.lr, s.optimizer.momentum, s.optimizer.beta1,
+      s.optimizer.beta2, s.optimizer.epsilon);
 }
 
 Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
@@ -37,6 +39,8 @@ Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
   s.max_staleness = config->max_staleness();
   s.reject_staleness = config->reject_staleness();
   s.block_size = config->block_size();
+  s.checkpoint_every = config->checkpoint_every();
+  s.resume_round = config->resume_round();
   auto kind = ParseOptimizerKind(config->optimizer()->str());
   if (!kind.ok()) return BadFrame(kind.status().message());
   s.optimizer.kind = *kind;
@@ -49,6 +53,29 @@ Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
     return BadFrame("run configuration out of range");
   }
   return s;
+}
+
+std::string SettingsMismatch(const RunSettings& a, const RunSettings& b) {
+  auto differs = [](const char* flag, auto x, auto y) {
+    std::ostringstream out;
+    out << flag << " " << x << " in the round, " << y << " now";
+    return out.str();
+  };
+  if (a.num_shards != b.num_shards) {
+    return differs("--shards", a.num_shards, b.num_shards);
+  }
+  if (a.num_workers != b.num_workers) {
+    return differs("--workers", a.num_workers, b.num_workers);
+  }
+  if (a.seed != b.seed) return differs("--seed", a.seed, b.seed);
+  if (a.block_size != b.block_size) {
+    return differs("--block-size", a.block_size, b.block_size);
+  }
+  if (a.optimizer.kind != b.optimizer.kind) {
+    return differs("--optimizer", OptimizerName(a.optimizer.kind),
+                   OptimizerName(b.optimizer.kind));
+  }
+  return "";
 }
 
 int EffectiveStaleness(int requested, int max_staleness) {

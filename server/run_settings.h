@@ -18,6 +18,8 @@ struct RunSettings {
   int max_staleness = -1;     // cap on what workers ask for; -1 none
   int reject_staleness = -1;  // pushes staler than this are refused; -1 never
   uint32_t block_size = 65536;
+  int64_t checkpoint_every = 0;  // clocks between rounds; 0 never
+  int64_t resume_round = -1;     // the round every shard loads; -1 none
   OptimizerOptions optimizer;
 };
 
@@ -28,6 +30,10 @@ flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
     flatbuffers::FlatBufferBuilder& fbb, const RunSettings& settings);
 // kBadFrame when a field is missing or out of range.
 Result<RunSettings> ReadRunConfig(const wire::RunConfig* config);
+
+// "" when `a` (a round's settings) fits a run started with `b`, else what
+// differs, e.g. "--shards 3 in the round, 2 now".
+std::string SettingsMismatch(const RunSettings& a, const RunSettings& b);
 
 // The bound a shard enforces for a worker that asked for `requested`
 // (-1: unbounded): the request, capped by max_staleness when that is set.

@@ -2,6 +2,8 @@
 
 #include <boost/asio/post.hpp>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <future>
 
 #include "schema/log.h"
@@ -71,14 +73,22 @@ Status Server::Start() {
   });
   if (options_.shard_id == 0) {
     RunSettings settings = SettingsFromOptions(options_);
+    if (!options_.resume.empty()) {
+      auto round = PickResumeRound();
+      if (!round.ok()) return round.status();
+      settings.resume_round = *round;
+    }
     shard_ = std::make_unique<Shard>(0, settings, options_.max_frame_bytes);
     Shard* shard = shard_.get();
     coordinator_ = std::make_unique<Coordinator>(
         settings, address_,
         [shard](int rank) { return shard->WorkerClock(rank); });
+    coordinator_->OnRoundComplete(
+        [this](int64_t round, uint64_t bytes) { RecordRound(round, bytes); });
   } else {
     TETHER_RETURN_IF_ERROR(RegisterWithCoordinator());
   }
+  TETHER_RETURN_IF_ERROR(SetUpCheckpoints());
   TETHER_LOG(kInfo) << "shard " << options_.shard_id << " of "
                     << shard_->settings().num_shards << " listening on "
                     << address_;
@@ -99,9 +109,14 @@ Status Server::RegisterWithCoordinator() {
   auto welcomed = std::make_shared<std::atomic<bool>>(false);
   const std::string peer = "coordinator " + options_.coordinator;
   coordinator_link_->Start(
-      [answer, answered, welcomed, peer](Frame frame) {
+      [answer, answered, welcomed, peer, this](Frame frame) {
         const wire::Message& m = *frame.message();
-        if (answered->exchange(true)) return;
+        if (answered->exchange(true)) {
+          if (const auto* done = m.body_as_RoundComplete()) {
+            PruneRounds(done->round());
+          }
+          return;
+        }
         if (auto* welcome = m.body_as_Welcome()) {
           welcomed->store(true);
           answer->set_value(ReadRunConfig(welcome->config()));
@@ -143,6 +158,132 @@ Status Server::RegisterWithCoordinator() {
   shard_ = std::make_unique<Shard>(options_.shard_id, *settings,
                                    options_.max_frame_bytes);
   return Status::Ok();
+}
+
+Status Server::OpenStore() {
+  if (store_) return Status::Ok();
+  std::error_code ec;
+  std::filesystem::create_directories(options_.data_dir, ec);
+  if (ec) {
+    return Status(Code::kIoError, "--data-dir: cannot create " +
+                                      options_.data_dir + ": " + ec.message());
+  }
+  auto store = CheckpointStore::Open(options_.data_dir);
+  if (!store.ok()) return store.status().WithContext("--data-dir");
+  store_ = std::move(*store);
+  return Status::Ok();
+}
+
+Result<int64_t> Server::PickResumeRound() {
+  TETHER_RETURN_IF_ERROR(OpenStore());
+  auto rounds = store_->CompleteRounds();
+  if (!rounds.ok()) return rounds.status();
+  if (rounds->empty()) {
+    return NotFound("--resume: no complete checkpoint round in " +
+                    options_.data_dir);
+  }
+  const RoundRecord* chosen = &rounds->back();
+  if (options_.resume != "latest") {
+    const int64_t wanted = std::strtoll(options_.resume.c_str(), nullptr, 10);
+    chosen = nullptr;
+    std::string complete;
+    for (const RoundRecord& r : *rounds) {
+      if (r.round == wanted) chosen = &r;
+      complete += (complete.empty() ? "" : ", ") + std::to_string(r.round);
+    }
+    if (chosen == nullptr) {
+      return NotFound("--resume: round " + options_.resume +
+                      " is not a complete round in " + options_.data_dir +
+                      " (complete: " + complete + ")");
+    }
+  }
+  std::string mismatch =
+      SettingsMismatch(chosen->settings, SettingsFromOptions(options_));
+  if (!mismatch.empty()) {
+    return InvalidArgument("--resume: round " + std::to_string(chosen->round) +
+                           " does not fit this run: " + mismatch);
+  }
+  return chosen->round;
+}
+
+Status Server::SetUpCheckpoints() {
+  const RunSettings& settings = shard_->settings();
+  const bool needed =
+      settings.checkpoint_every > 0 || settings.resume_round >= 0;
+  if (!needed) return Status::Ok();
+  if (options_.data_dir.empty()) {
+    return InvalidArgument(
+        "--data-dir: required: this run writes or resumes checkpoints");
+  }
+  TETHER_RETURN_IF_ERROR(OpenStore());
+  if (settings.resume_round >= 0) {
+    auto snapshot = store_->ReadShard(settings.resume_round);
+    if (!snapshot.ok()) {
+      return snapshot.status().WithContext(
+          "--resume: shard " + std::to_string(options_.shard_id) +
+          " cannot load round " + std::to_string(settings.resume_round) +
+          " from " + options_.data_dir);
+    }
+    TETHER_RETURN_IF_ERROR(shard_->Restore(*snapshot).WithContext(
+        "--resume: round " + std::to_string(settings.resume_round)));
+    TETHER_LOG(kInfo) << "resumed from checkpoint round "
+                      << settings.resume_round;
+  }
+  if (settings.checkpoint_every > 0) {
+    checkpointer_ = std::make_unique<Checkpointer>(
+        store_.get(), [this](int64_t round, const Result<uint64_t>& written) {
+          OnRoundWritten(round, written);
+        });
+    shard_->EnableCheckpoints(checkpointer_.get());
+  }
+  return Status::Ok();
+}
+
+void Server::OnRoundWritten(int64_t round, const Result<uint64_t>& written) {
+  const std::string error = written.ok() ? "" : written.status().message();
+  const uint64_t bytes = written.ok() ? *written : 0;
+  if (!written.ok()) {
+    TETHER_LOG(kError) << "checkpoint round " << round
+                       << " not written: " << error;
+  }
+  if (coordinator_) {
+    coordinator_->RoundWritten(options_.shard_id, round, bytes, error);
+    return;
+  }
+  flatbuffers::FlatBufferBuilder fbb(256);
+  auto text = fbb.CreateString(error);
+  coordinator_link_->Send(FinishFrame(
+      fbb,
+      wire::CreateRoundWritten(fbb, round, options_.shard_id, bytes, text)));
+}
+
+void Server::RecordRound(int64_t round, uint64_t bytes) {
+  RoundRecord record;
+  record.round = round;
+  record.clock = round;
+  record.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  record.bytes = bytes;
+  record.settings = shard_->settings();
+  record.workers = shard_->WorkerPositions();
+  if (Status s = store_->MarkComplete(record); !s.ok()) {
+    TETHER_LOG(kError) << "checkpoint round " << round
+                       << " written but not recorded: " << s.message();
+    return;
+  }
+  TETHER_LOG(kInfo) << "checkpoint round " << round << " complete (" << bytes
+                    << " bytes on " << shard_->settings().num_shards
+                    << " shards)";
+  PruneRounds(round);
+}
+
+void Server::PruneRounds(int64_t newest_complete) {
+  if (!store_) return;
+  if (Status s = store_->Prune(options_.keep_checkpoints, newest_complete);
+      !s.ok()) {
+    TETHER_LOG(kWarning) << "pruning checkpoints: " << s.message();
+  }
 }
 
 void Server::DoAccept() {

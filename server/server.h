@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "schema/connection.h"
+#include "server/checkpoint.h"
+#include "server/checkpointer.h"
 #include "server/coordinator.h"
 #include "server/options.h"
 #include "server/session.h"
@@ -45,6 +47,13 @@ class Server {
  private:
   Status Bind();
   Status RegisterWithCoordinator();
+  // Opens the data dir, loads the round to resume, starts the writer.
+  Status SetUpCheckpoints();
+  Status OpenStore();  // creates --data-dir as needed
+  Result<int64_t> PickResumeRound();
+  void OnRoundWritten(int64_t round, const Result<uint64_t>& written);
+  void RecordRound(int64_t round, uint64_t bytes);  // shard 0
+  void PruneRounds(int64_t newest_complete);
   void DoAccept();
   void OnAccept(const boost::system::error_code& ec, tcp::socket socket);
 
@@ -57,6 +66,7 @@ class Server {
   std::string address_;
   ConnectionOptions connection_options_;
 
+  std::unique_ptr<CheckpointStore> store_;  // with --data-dir
   std::unique_ptr<Shard> shard_;
   std::unique_ptr<Coordinator> coordinator_;      // shard 0 only
   std::shared_ptr<Connection> coordinator_link_;  // shards > 0
@@ -64,6 +74,8 @@ class Server {
   std::mutex sessions_mu_;
   std::vector<std::weak_ptr<Session>> sessions_;  // guarded by sessions_mu_
   std::atomic<bool> stopping_{false};
+  // Last, so it stops (finishing a write) before what it reports to.
+  std::unique_ptr<Checkpointer> checkpointer_;
 };
 
 }  // namespace tether

@@ -37,6 +37,14 @@ void Session::OnFrame(Frame frame) {
   if (message.body_type() == wire::Body::Hello) {
     return conn_->Send(MakeErrorFrame(0, ProtocolError("duplicate Hello")));
   }
+  if (const wire::RoundWritten* w = message.body_as_RoundWritten()) {
+    if (peer_.role != wire::Role::Shard || coordinator_ == nullptr) {
+      return conn_->Send(MakeErrorFrame(
+          0, ProtocolError("only shards report checkpoint rounds")));
+    }
+    return coordinator_->RoundWritten(peer_.rank, w->round(), w->bytes(),
+                                      w->error() ? w->error()->str() : "");
+  }
   shard_->Handle(peer_, message, conn_);
 }
 

@@ -318,9 +318,7 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
   }
   // Released pulls build their replies now, under the lock, so each sees
   // exactly the updates applied before this tick, staged ones included.
-  auto released = clocks_.Advance(peer.rank, m.clock());
-  ApplyStagedLocked();
-  for (auto& release : released) release();
+  ClocksMovedLocked(clocks_.Advance(peer.rank, m.clock()));
   int64_t min_clock = clocks_.min_clock();
   lock.unlock();
   flatbuffers::FlatBufferBuilder fbb(64);
@@ -333,9 +331,67 @@ void Shard::SetWorkerConnected(int rank, bool connected, int staleness) {
   if (rank < 0 || rank >= static_cast<int>(connected_.size())) return;
   connected_[rank] = connected;
   staleness_bound_[rank] = staleness;
-  auto released = clocks_.SetLive(rank, connected);
+  ClocksMovedLocked(clocks_.SetLive(rank, connected));
+}
+
+void Shard::ClocksMovedLocked(std::vector<ClockTable::Release> released) {
   ApplyStagedLocked();
+  MaybeCheckpointLocked();
   for (auto& release : released) release();
+}
+
+void Shard::EnableCheckpoints(Checkpointer* checkpointer) {
+  std::lock_guard lock(mu_);
+  checkpointer_ = checkpointer;
+  const int64_t k = settings_.checkpoint_every;
+  if (k > 0) next_round_clock_ = (clocks_.min_clock() / k + 1) * k;
+}
+
+void Shard::MaybeCheckpointLocked() {
+  const int64_t k = settings_.checkpoint_every;
+  if (checkpointer_ == nullptr || k <= 0) return;
+  const int64_t min_clock = clocks_.min_clock();
+  if (min_clock < next_round_clock_) return;
+  // Rounds are named by the clock they capture: every shard takes the
+  // same round at the same clock, each from its own view of the clocks.
+  const int64_t round = min_clock / k * k;
+  next_round_clock_ = round + k;
+  ShardSnapshot snapshot;
+  snapshot.round = round;
+  snapshot.shard_id = shard_id_;
+  snapshot.min_clock = round;
+  snapshot.settings = settings_;
+  for (int r = 0; r < clocks_.num_workers(); ++r) {
+    snapshot.worker_clocks.push_back(clocks_.clock(r));
+  }
+  store_.Snapshot(&snapshot.tensors, &snapshot.tables);
+  if (!checkpointer_->Submit(std::move(snapshot))) {
+    TETHER_LOG(kWarning) << "skipping checkpoint round " << round
+                         << ": the previous round is still being written";
+  }
+}
+
+Status Shard::Restore(const ShardSnapshot& snapshot) {
+  std::lock_guard lock(mu_);
+  TETHER_RETURN_IF_ERROR(store_.Restore(snapshot.tensors, snapshot.tables));
+  // Workers resume together from the round's clock: that is the state the
+  // weights hold (with s = 0 exactly, later pushes were still staged).
+  for (int r = 0; r < clocks_.num_workers(); ++r) {
+    (void)clocks_.Advance(r, snapshot.min_clock);
+  }
+  const int64_t k = settings_.checkpoint_every;
+  if (k > 0) next_round_clock_ = snapshot.min_clock + k;
+  return Status::Ok();
+}
+
+std::vector<WorkerPosition> Shard::WorkerPositions() {
+  std::lock_guard lock(mu_);
+  std::vector<WorkerPosition> out;
+  for (int r = 0; r < clocks_.num_workers(); ++r) {
+    out.push_back(
+        {r, clocks_.clock(r), reports_[r].epoch, reports_[r].samples});
+  }
+  return out;
 }
 
 void Shard::StageLocked(int rank, const wire::Push& m) {

@@ -16,6 +16,8 @@
 
 #include "schema/connection.h"
 #include "schema/frame.h"
+#include "server/checkpoint.h"
+#include "server/checkpointer.h"
 #include "server/clock_table.h"
 #include "server/param_store.h"
 #include "server/run_settings.h"
@@ -59,6 +61,15 @@ class Shard {
 
   // A Stats frame describing this shard now.
   OutFrame MakeStats(uint64_t request_id);
+
+  // Has `checkpointer` write a round whenever the minimum clock reaches a
+  // multiple of settings().checkpoint_every. Call before serving.
+  void EnableCheckpoints(Checkpointer* checkpointer);
+  // Loads a round's slice: parameters, optimizer state, and every worker's
+  // clock set to the round's clock (workers continue from there).
+  Status Restore(const ShardSnapshot& snapshot);
+  // Every worker's clock and latest reported position, for round records.
+  std::vector<WorkerPosition> WorkerPositions();
 
   // Adds to the traffic counters shown in Stats.
   void CountTraffic(uint64_t bytes_in, uint64_t bytes_out);
@@ -109,6 +120,12 @@ class Shard {
   };
   void StageLocked(int rank, const wire::Push& m);
   void ApplyStagedLocked();
+  // After the clocks moved: applies what the new minimum closes, takes a
+  // checkpoint when due, then answers the released pulls.
+  void ClocksMovedLocked(std::vector<ClockTable::Release> released);
+  void MaybeCheckpointLocked();
+  Checkpointer* checkpointer_ = nullptr;  // set before serving
+  int64_t next_round_clock_ = 0;
   std::map<int64_t, std::vector<StagedPush>> staged_;
   // The latest WorkerReport of each worker (shard 0 receives them).
   struct Report {

@@ -39,6 +39,9 @@ struct UpOptions {
   uint64_t seed = 7;
   double target_accuracy = 0.85;
   std::string log_dir;  // default: a new /tmp/tether-up-XXXXXX
+  std::string data_dir;  // shards' data dirs DIR/shardN; default: log_dir
+  int64_t checkpoint_every = 0;
+  std::string resume;  // latest or a round
   int threads = 1;      // compute threads per worker
 };
 
@@ -99,15 +102,20 @@ Status Launcher::StartShards() {
         "--listen",
         "127.0.0.1:0",
         "--data-dir",
-        o_.log_dir + "/shard" + std::to_string(id)};
+        o_.data_dir + "/shard" + std::to_string(id)};
     if (id == 0) {
       for (const std::string& a :
            {std::string("--workers"), std::to_string(o_.workers),
             std::string("--max-staleness"), std::to_string(o_.staleness),
             std::string("--optimizer"), o_.optimizer, std::string("--lr"),
             std::to_string(o_.lr), std::string("--seed"),
-            std::to_string(o_.seed)}) {
+            std::to_string(o_.seed), std::string("--checkpoint-every"),
+            std::to_string(o_.checkpoint_every)}) {
         argv.push_back(a);
+      }
+      if (!o_.resume.empty()) {
+        argv.push_back("--resume");
+        argv.push_back(o_.resume);
       }
     } else {
       argv.push_back("--coordinator");
@@ -333,6 +341,14 @@ int Main(int argc, char** argv) {
               "test accuracy the run must reach to exit 0");
   p.AddInt("threads", &o.threads, "compute threads per worker");
   p.AddString("log-dir", &o.log_dir, "where logs go (default: a new /tmp dir)");
+  p.AddString("data-dir", &o.data_dir,
+              "shards keep checkpoints in DIR/shard0, DIR/shard1, ... "
+              "(default: the log dir)");
+  p.AddInt64("checkpoint-every", &o.checkpoint_every,
+             "checkpoint round every K clocks; 0: never");
+  p.AddString("resume", &o.resume,
+              "resume from a complete round in --data-dir: latest or a "
+              "round number");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   if (o.shards < 1 || o.workers < 1 || o.slow < 0 || o.slow > o.workers ||
       o.slowdown < 1) {
@@ -355,6 +371,12 @@ int Main(int argc, char** argv) {
                 << ec.message() << "\n";
       return 1;
     }
+  }
+  if (o.data_dir.empty()) o.data_dir = o.log_dir;
+  if (!o.resume.empty() && o.data_dir == o.log_dir) {
+    std::cerr << "tether-up: --resume needs --data-dir (the directory of the "
+                 "run to resume)\n";
+    return 2;
   }
   InitLogging("tether-up", LogLevel::kError);
   struct sigaction sa {};

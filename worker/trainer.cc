@@ -208,11 +208,16 @@ class DenseTrainer {
     }
     batch_x_.resize(size_t(o_.batch) * train_.features);
     batch_y_.resize(o_.batch);
+    // One clock per batch, so a worker that joins at clock c (a resumed
+    // run) skips the c batches its schedule already covered.
+    const int64_t start_clock = client_.clock();
+    int64_t clock = 0;
     for (int epoch = 0; epoch < o_.epochs; ++epoch) {
       std::vector<uint32_t> order =
           WorkerShare(train_.rows, client_.rank(), client_.num_workers(),
                       client_.seed(), epoch);
       for (size_t first = 0; first < order.size(); first += o_.batch) {
+        if (clock++ < start_clock) continue;
         TETHER_RETURN_IF_ERROR(Step(order, first, epoch));
       }
     }
@@ -281,12 +286,15 @@ class SparseTrainer {
         LibsvmReader::Open(o_.data, client_.rank(), client_.num_workers());
     if (!reader.ok()) return reader.status();
     std::vector<SparseExample> batch;
+    const int64_t start_clock = client_.clock();  // see DenseTrainer
+    int64_t clock = 0;
     for (int epoch = 0; epoch < o_.epochs; ++epoch) {
       if (epoch > 0) TETHER_RETURN_IF_ERROR((*reader)->Rewind());
       while (true) {
         auto n = (*reader)->Next(o_.batch, &batch);
         if (!n.ok()) return n.status();
         if (*n == 0) break;
+        if (clock++ < start_clock) continue;
         TETHER_RETURN_IF_ERROR(Step(batch, epoch));
       }
     }

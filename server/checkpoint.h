@@ -1,0 +1,134 @@
+// Checkpoints: one shard's slice of the parameters (weights, optimizer
+// slots, update counts) and run state, written into the shard's own RocksDB
+// under --data-dir, tagged with a round number. Shard 0 also records each
+// round as complete -- with every worker's clock and data position, the
+// seeds and the run configuration -- once every shard has written it; only
+// complete rounds are ever resumed.
+//
+// CheckpointStore is thread-safe (RocksDB is); one per shard process.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "schema/status.h"
+#include "server/initializer.h"
+#include "server/run_settings.h"
+
+namespace tether {
+
+// A dense tensor's blocks held by one shard.
+struct TensorSnapshot {
+  uint32_t id = 0;
+  std::string name;
+  std::vector<uint64_t> shape;
+  InitSpec init;
+  struct Block {
+    uint32_t index = 0;
+    uint64_t step = 0;           // updates applied (Adam's t)
+    std::vector<float> weights;  // the block's length
+    std::vector<float> slots;    // slots_per_weight * length, slot-major
+  };
+  std::vector<Block> blocks;  // only blocks this shard has touched
+};
+
+// A sparse table's rows held by one shard.
+struct TableSnapshot {
+  uint32_t id = 0;
+  std::string name;
+  uint32_t dim = 0;
+  InitSpec init;
+  struct Row {
+    uint64_t key = 0;
+    uint64_t step = 0;
+    std::vector<float> weights;  // dim
+    std::vector<float> slots;    // slots_per_weight * dim, slot-major
+  };
+  std::vector<Row> rows;
+};
+
+// Where a worker is in its data when a round is taken.
+struct WorkerPosition {
+  int rank = 0;
+  int64_t clock = 0;
+  int epoch = 0;
+  uint64_t samples = 0;  // samples processed so far
+};
+
+// Everything one shard writes for a round.
+struct ShardSnapshot {
+  int64_t round = 0;
+  int shard_id = 0;
+  int64_t min_clock = 0;               // the clock the round was taken at
+  std::vector<int64_t> worker_clocks;  // by rank, on this shard
+  RunSettings settings;
+  std::vector<TensorSnapshot> tensors;
+  std::vector<TableSnapshot> tables;
+};
+
+// What shard 0 records when every shard has written a round.
+struct RoundRecord {
+  int64_t round = 0;
+  int64_t clock = 0;     // min clock the round was taken at
+  int64_t unix_ms = 0;   // when it completed
+  uint64_t bytes = 0;    // written by all shards together
+  RunSettings settings;  // includes the seed and shard/worker counts
+  std::vector<WorkerPosition> workers;
+};
+
+class CheckpointStore {
+ public:
+  // Opens (creating if needed) the RocksDB at `dir`. kIoError naming `dir`
+  // when it cannot be created or opened (permissions, a file in the way,
+  // another process holding it).
+  static Result<std::unique_ptr<CheckpointStore>> Open(const std::string& dir);
+  // Opens an existing store for reading only (tools), without taking the
+  // lock, so a shard process holding it keeps running undisturbed. Write
+  // methods return kInvalidArgument. kIoError naming `dir` when it is
+  // missing or not a checkpoint store.
+  static Result<std::unique_ptr<CheckpointStore>> OpenReadOnly(
+      const std::string& dir);
+  ~CheckpointStore();
+
+  // Writes this shard's slice for snapshot.round. The round becomes
+  // visible to ShardRounds/ReadShard only once every key is durably
+  // written (a marker written last, with sync), so a crash mid-write
+  // leaves no half round that could be read. Returns the bytes written,
+  // or kIoError with RocksDB's message (e.g. "No space left on device")
+  // naming the directory and round; a failed write leaves earlier rounds
+  // intact.
+  Result<uint64_t> WriteShard(const ShardSnapshot& snapshot);
+  // kNotFound when this shard has no complete copy of `round`; kBadFrame
+  // ("corrupt") when stored values do not decode.
+  Result<ShardSnapshot> ReadShard(int64_t round) const;
+  // Rounds this shard has completely written, ascending.
+  Result<std::vector<int64_t>> ShardRounds() const;
+
+  // Shard 0: records `record` as a complete round (sync).
+  Status MarkComplete(const RoundRecord& record);
+  // Shard 0: complete rounds, ascending by round.
+  Result<std::vector<RoundRecord>> CompleteRounds() const;
+
+  // Deletes every round older than the newest `keep` complete ones (their
+  // shard slices and records), and any incomplete round older than the
+  // newest complete one. `newest_complete` is the newest complete round
+  // as shard 0 knows it (other shards have no records); -1 for none.
+  // Each call's `newest_complete` is remembered: that is how a shard
+  // without records learns which rounds completed, so call it once per
+  // completed round. A shard that knows fewer than `keep` complete rounds
+  // deletes only rounds it never finished writing. kInvalidArgument for
+  // keep < 1; kIoError naming the directory.
+  Status Prune(int keep, int64_t newest_complete);
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  struct Impl;
+  CheckpointStore(std::string dir, std::unique_ptr<Impl> impl);
+  std::string dir_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tether

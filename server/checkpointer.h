@@ -1,0 +1,48 @@
+// Writes a shard's checkpoint snapshots on a thread of its own, so a round
+// costs training only the copy taken under the shard's lock. One write at a
+// time: a round that arrives while the previous one is still being written
+// is dropped (and logged) rather than queued, bounding memory to one copy.
+//
+// Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "server/checkpoint.h"
+
+namespace tether {
+
+class Checkpointer {
+ public:
+  // Called on the writer thread after each write: the bytes written, or
+  // the error (a full disk, say).
+  using Done = std::function<void(int64_t round, const Result<uint64_t>&)>;
+
+  // `store` must outlive the Checkpointer.
+  Checkpointer(CheckpointStore* store, Done done);
+  // Finishes the write in progress, then stops.
+  ~Checkpointer();
+
+  // Hands `snapshot` to the writer; false (dropping it) when a write is in
+  // progress.
+  bool Submit(ShardSnapshot snapshot);
+
+ private:
+  void Loop();
+
+  CheckpointStore* const store_;
+  const Done done_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<ShardSnapshot> pending_;  // guarded by mu_
+  bool busy_ = false;                     // guarded by mu_
+  bool stopping_ = false;                 // guarded by mu_
+  std::thread thread_;  // last: starts after the members it uses
+};
+
+}  // namespace tether

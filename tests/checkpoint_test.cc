@@ -1,0 +1,558 @@
+#include "server/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <rocksdb/db.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/optimizer.h"
+#include "server/param_store.h"
+
+namespace tether {
+namespace {
+
+constexpr uint64_t kSeed = 42;
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A fresh directory, removed with everything in it at the end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = ::testing::TempDir() + "tether_ckpt_XXXXXX";
+    path_ = mkdtemp(pattern.data()) == nullptr ? "" : pattern;
+    EXPECT_FALSE(path_.empty()) << "mkdtemp: " << std::strerror(errno);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::unique_ptr<CheckpointStore> OpenOrDie(const std::string& dir) {
+  Result<std::unique_ptr<CheckpointStore>> store = CheckpointStore::Open(dir);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+std::vector<uint32_t> Bits(std::span<const float> values) {
+  std::vector<uint32_t> bits(values.size());
+  std::memcpy(bits.data(), values.data(), values.size() * sizeof(float));
+  return bits;
+}
+
+OptimizerOptions Opt(OptimizerKind kind) {
+  OptimizerOptions o;
+  o.kind = kind;
+  o.lr = 0.05f;
+  return o;
+}
+
+RunSettings Settings(OptimizerKind kind, uint32_t block_size) {
+  RunSettings s;
+  s.seed = kSeed;
+  s.num_shards = 2;
+  s.num_workers = 3;
+  s.max_staleness = 2;
+  s.block_size = block_size;
+  s.checkpoint_every = 5;
+  s.resume_round = 2;
+  s.optimizer = Opt(kind);
+  return s;
+}
+
+// A small snapshot of one tensor, for tests about rounds rather than values.
+ShardSnapshot SmallSnapshot(int64_t round) {
+  ShardSnapshot s;
+  s.round = round;
+  s.min_clock = round * 10;
+  s.settings = Settings(OptimizerKind::kSgd, 4);
+  TensorSnapshot t;
+  t.id = NameId("w");
+  t.name = "w";
+  t.shape = {6};
+  t.blocks.push_back({1, 3, {float(round), 2.0f}, {}});
+  s.tensors.push_back(t);
+  return s;
+}
+
+// A snapshot of `floats` floats in blocks of 64 Ki (sgd: no slots).
+ShardSnapshot BigSnapshot(int64_t round, uint64_t floats) {
+  ShardSnapshot s;
+  s.round = round;
+  s.settings = Settings(OptimizerKind::kSgd, 65536);
+  TensorSnapshot t;
+  t.id = NameId("big");
+  t.name = "big";
+  t.shape = {floats};
+  for (uint32_t b = 0; uint64_t{b} * 65536 < floats; ++b) {
+    const uint64_t len =
+        std::min<uint64_t>(65536, floats - uint64_t{b} * 65536);
+    t.blocks.push_back({b, 1, std::vector<float>(len, 0.5f), {}});
+  }
+  s.tensors.push_back(std::move(t));
+  return s;
+}
+
+// Writes `snapshot` into `dir` from a child process that the kernel kills
+// (SIGXFSZ) once a file it writes passes `file_limit` bytes: a crash in the
+// middle of WriteShard, after some batches are in the WAL. Returns how the
+// child ended ("killed by SIGXFSZ" when as planned).
+std::string WriteUntilKilled(const std::string& dir,
+                             const ShardSnapshot& snapshot,
+                             uint64_t file_limit) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    Result<std::unique_ptr<CheckpointStore>> store = CheckpointStore::Open(dir);
+    if (!store.ok()) _exit(3);
+    const rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    const rlimit limit = {file_limit, file_limit};
+    setrlimit(RLIMIT_FSIZE, &limit);
+    Result<uint64_t> written = (*store)->WriteShard(snapshot);
+    _exit(written.ok() ? 4 : 5);
+  }
+  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
+  int status = 0;
+  // A hung child (it is forked from a threaded process) must not hang the
+  // test.
+  for (int i = 0; i < 2000 && waitpid(pid, &status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (i == 1999) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return "hung (killed after 10 s)";
+    }
+  }
+  if (WIFSIGNALED(status)) {
+    return WTERMSIG(status) == SIGXFSZ
+               ? "killed by SIGXFSZ"
+               : "killed by signal " + std::to_string(WTERMSIG(status));
+  }
+  switch (WEXITSTATUS(status)) {
+    case 3:
+      return "could not open the store";
+    case 4:
+      return "finished the write";
+    case 5:
+      return "WriteShard failed without being killed";
+  }
+  return "exit " + std::to_string(WEXITSTATUS(status));
+}
+
+// Keys in the store's "weights" family for `round`, read with RocksDB
+// directly: what a crashed write left behind, which the store must hide.
+// Knows the layout documented in server/checkpoint.cc.
+int CountRawWeightKeys(const std::string& dir, int64_t round) {
+  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+      {rocksdb::kDefaultColumnFamilyName, {}},
+      {"meta", {}},
+      {"weights", {}},
+      {"slots", {}}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), dir,
+                                                   families, &handles, &db);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  if (!s.ok()) return -1;
+  std::string prefix;
+  for (int i = 7; i >= 0; --i) {
+    prefix.push_back(static_cast<char>((uint64_t(round) >> (8 * i)) & 0xff));
+  }
+  int count = 0;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db->NewIterator(rocksdb::ReadOptions(), handles[2]));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    ++count;
+  }
+  it.reset();
+  for (auto* h : handles)
+    db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+  delete db;
+  return count;
+}
+
+// --- ParamStore snapshots through RocksDB -----------------------------------
+
+// Both stores hold the same tensors and tables: every block and row reads
+// the same bits.
+void ExpectSameContents(ParamStore& a, ParamStore& b, uint32_t tensor,
+                        uint32_t blocks, uint32_t table,
+                        const std::vector<uint64_t>& keys) {
+  for (uint32_t i = 0; i < blocks; ++i) {
+    Result<std::span<const float>> x = a.ReadBlock(tensor, i);
+    Result<std::span<const float>> y = b.ReadBlock(tensor, i);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_EQ(Bits(*x), Bits(*y)) << "block " << i;
+  }
+  const uint32_t dim = *a.TableDim(table);
+  std::vector<float> x(keys.size() * dim), y(keys.size() * dim);
+  ASSERT_TRUE(a.ReadRows(table, keys, x).ok());
+  ASSERT_TRUE(b.ReadRows(table, keys, y).ok());
+  EXPECT_EQ(Bits(x), Bits(y));
+}
+
+TEST(Checkpoint, RoundTripsWeightsSlotsAndSteps) {
+  TempDir dir;
+  const OptimizerOptions adam = Opt(OptimizerKind::kAdam);
+  ParamStore original(kSeed, 4, adam);
+  const InitSpec normal = {.kind = InitSpec::Kind::kNormal, .scale = 0.1f};
+  const InitSpec uniform = {.kind = InitSpec::Kind::kUniform, .scale = 0.5f};
+  const uint32_t w = *original.DefineTensor("w", {3, 5}, normal);  // 4 blocks
+  const uint32_t emb = *original.DefineTable("emb", 3, uniform);
+  // Touched: blocks 0, 2 and 3 (0 and 3 updated, 0 twice); block 1 never.
+  ASSERT_TRUE(original.ReadBlock(w, 2).ok());
+  const std::vector<float> g4 = {0.5f, -1.0f, 2.0f, 0.25f};
+  const std::vector<float> g3 = {1.0f, -0.5f, 0.125f};
+  ASSERT_TRUE(original.ApplyBlock(w, 0, g4).ok());
+  ASSERT_TRUE(original.ApplyBlock(w, 0, g4, 0.5f).ok());
+  ASSERT_TRUE(original.ApplyBlock(w, 3, g3).ok());
+  // Rows: 5 and 2^63 only read; 42 updated twice, 7 once.
+  const std::vector<uint64_t> read_keys = {5, uint64_t{1} << 63};
+  std::vector<float> rows(read_keys.size() * 3);
+  ASSERT_TRUE(original.ReadRows(emb, read_keys, rows).ok());
+  const std::vector<uint64_t> push_keys = {42, 42, 7};
+  const std::vector<float> row_grads = {1, 2, 3, -1, -2, -3, 0.5, 0.5, 0.5};
+  ASSERT_TRUE(original.ApplyRows(emb, push_keys, row_grads).ok());
+
+  ShardSnapshot snapshot;
+  snapshot.round = 3;
+  snapshot.shard_id = 1;
+  snapshot.min_clock = 12;
+  snapshot.worker_clocks = {12, 14, 13};
+  snapshot.settings = Settings(OptimizerKind::kAdam, 4);
+  original.Snapshot(&snapshot.tensors, &snapshot.tables);
+  ASSERT_EQ(snapshot.tensors.size(), 1u);
+  ASSERT_EQ(snapshot.tensors[0].blocks.size(), 3u);
+  EXPECT_EQ(snapshot.tensors[0].blocks[0].step, 2u);
+  EXPECT_EQ(snapshot.tensors[0].blocks[1].index, 2u);
+  ASSERT_EQ(snapshot.tables[0].rows.size(), 4u);
+  EXPECT_EQ(snapshot.tables[0].rows[2].key, 42u);  // sorted by key
+  EXPECT_EQ(snapshot.tables[0].rows[2].step, 2u);
+
+  std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+  Result<uint64_t> bytes = store->WriteShard(snapshot);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  // Blocks 0, 2 and 3, four rows of 3; weights and two Adam slots each.
+  constexpr uint64_t kFloatsHeld = (4 + 4 + 3) + 4 * 3;
+  EXPECT_GT(*bytes, kFloatsHeld * 3 * sizeof(float));
+  Result<ShardSnapshot> back = store->ReadShard(3);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->shard_id, 1);
+  EXPECT_EQ(back->min_clock, 12);
+  EXPECT_EQ(back->worker_clocks, snapshot.worker_clocks);
+  EXPECT_EQ(back->settings.seed, kSeed);
+  EXPECT_EQ(back->settings.max_staleness, 2);
+  EXPECT_EQ(back->settings.checkpoint_every, 5);
+  EXPECT_EQ(back->settings.resume_round, 2);
+  EXPECT_EQ(back->settings.optimizer.kind, OptimizerKind::kAdam);
+  EXPECT_EQ(back->settings.optimizer.lr, 0.05f);
+  ASSERT_EQ(back->tensors.size(), 1u);
+  EXPECT_EQ(back->tensors[0].name, "w");
+  EXPECT_EQ(back->tensors[0].init, normal);
+  ASSERT_EQ(back->tables.size(), 1u);
+  EXPECT_EQ(back->tables[0].init, uniform);
+
+  ParamStore restored(kSeed, 4, adam);
+  ASSERT_TRUE(restored.Restore(back->tensors, back->tables).ok());
+  EXPECT_EQ(restored.counts().dense_blocks, 3u);
+  EXPECT_EQ(restored.counts().sparse_rows, 4u);
+  EXPECT_EQ(restored.counts().bytes, original.counts().bytes);
+  const std::vector<uint64_t> all_keys = {5, uint64_t{1} << 63, 42, 7, 99};
+  ExpectSameContents(original, restored, w, 4, emb, all_keys);
+
+  // Slots and steps came back too: further updates agree bit for bit.
+  for (ParamStore* s : {&original, &restored}) {
+    ASSERT_TRUE(s->ApplyBlock(w, 0, g4).ok());
+    ASSERT_TRUE(s->ApplyBlock(w, 1, g4).ok());
+    ASSERT_TRUE(s->ApplyBlock(w, 3, g3, 2.0f).ok());
+    ASSERT_TRUE(s->ApplyRows(emb, push_keys, row_grads).ok());
+  }
+  ExpectSameContents(original, restored, w, 4, emb, all_keys);
+}
+
+TEST(ParamStoreSnapshot, RestoreRejectsMismatchedSlots) {
+  ParamStore adam(kSeed, 4, Opt(OptimizerKind::kAdam));
+  const uint32_t w = *adam.DefineTensor("w", {10}, {});
+  ASSERT_TRUE(adam.ApplyBlock(w, 1, std::vector<float>(4, 1.0f)).ok());
+  std::vector<TensorSnapshot> tensors;
+  std::vector<TableSnapshot> tables;
+  adam.Snapshot(&tensors, &tables);
+
+  ParamStore sgd(kSeed, 4, Opt(OptimizerKind::kSgd));
+  const uint32_t other = *sgd.DefineTensor("other", {4}, {});
+  ASSERT_TRUE(sgd.ApplyBlock(other, 0, std::vector<float>(4, 1.0f)).ok());
+  const std::vector<uint32_t> before = Bits(*sgd.ReadBlock(other, 0));
+  const ParamStore::Counts counts = sgd.counts();
+
+  Status s = sgd.Restore(tensors, tables);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "tensor 'w'")) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "slot")) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "sgd")) << s.message();
+  // Unchanged: still only "other", with its values.
+  EXPECT_EQ(sgd.TensorSize(w).status().code(), Code::kNotFound);
+  EXPECT_EQ(Bits(*sgd.ReadBlock(other, 0)), before);
+  EXPECT_EQ(sgd.counts().tensors, counts.tensors);
+  EXPECT_EQ(sgd.counts().bytes, counts.bytes);
+
+  // A block of the wrong length is refused the same way.
+  tensors[0].blocks[0].weights.pop_back();
+  ParamStore adam2(kSeed, 4, Opt(OptimizerKind::kAdam));
+  s = adam2.Restore(tensors, tables);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "tensor 'w': block 1")) << s.message();
+}
+
+// --- Rounds
+// ---------------------------------------------------------------------
+
+TEST(Checkpoint, HalfWrittenRoundIsInvisible) {
+  TempDir dir;
+  {
+    std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+    ASSERT_TRUE(store->WriteShard(SmallSnapshot(1)).ok());
+  }
+  // 20 MB in 8 MiB batches; the child dies as the WAL passes 12 MiB, so the
+  // first batch is in and the marker never is.
+  const ShardSnapshot big = BigSnapshot(2, 5'000'000);
+  ASSERT_EQ(WriteUntilKilled(dir.path(), big, 12 << 20), "killed by SIGXFSZ");
+  EXPECT_GT(CountRawWeightKeys(dir.path(), 2), 0)
+      << "the crash should leave keys of round 2 behind";
+
+  std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+  EXPECT_EQ(*store->ShardRounds(), std::vector<int64_t>{1});
+  EXPECT_EQ(store->ReadShard(2).status().code(), Code::kNotFound);
+  Result<ShardSnapshot> one = store->ReadShard(1);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->tensors[0].blocks[0].weights,
+            (std::vector<float>{1.0f, 2.0f}));
+
+  // Writing the round again replaces the leftovers entirely.
+  ShardSnapshot small2 = SmallSnapshot(2);
+  ASSERT_TRUE(store->WriteShard(small2).ok());
+  Result<ShardSnapshot> two = store->ReadShard(2);
+  ASSERT_TRUE(two.ok()) << two.status().ToString();
+  ASSERT_EQ(two->tensors.size(), 1u);
+  EXPECT_EQ(two->tensors[0].name, "w");
+  EXPECT_EQ(two->tensors[0].blocks.size(), 1u);
+}
+
+RoundRecord Record(int64_t round) {
+  RoundRecord r;
+  r.round = round;
+  r.clock = round * 10;
+  r.unix_ms = 1700000000000 + round;
+  r.bytes = 1000 + round;
+  r.settings = Settings(OptimizerKind::kMomentum, 4);
+  r.workers = {{0, round * 10, 1, 640}, {1, round * 10 + 1, 2, 1280}};
+  return r;
+}
+
+std::vector<int64_t> RecordedRounds(const CheckpointStore& store) {
+  std::vector<int64_t> rounds;
+  Result<std::vector<RoundRecord>> records = store.CompleteRounds();
+  EXPECT_TRUE(records.ok()) << records.status().ToString();
+  if (!records.ok()) return rounds;
+  for (const RoundRecord& r : *records) rounds.push_back(r.round);
+  return rounds;
+}
+
+TEST(Checkpoint, CompleteRoundsRecordedAndPruned) {
+  TempDir dir;
+  std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+  for (int64_t r = 1; r <= 5; ++r) {
+    ASSERT_TRUE(store->WriteShard(SmallSnapshot(r)).ok());
+    ASSERT_TRUE(store->MarkComplete(Record(r)).ok());
+  }
+  Result<std::vector<RoundRecord>> records = store->CompleteRounds();
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  ASSERT_EQ(records->size(), 5u);
+  const RoundRecord& third = (*records)[2];
+  EXPECT_EQ(third.round, 3);
+  EXPECT_EQ(third.clock, 30);
+  EXPECT_EQ(third.unix_ms, 1700000000003);
+  EXPECT_EQ(third.bytes, 1003u);
+  EXPECT_EQ(third.settings.optimizer.kind, OptimizerKind::kMomentum);
+  EXPECT_EQ(third.settings.seed, kSeed);
+  ASSERT_EQ(third.workers.size(), 2u);
+  EXPECT_EQ(third.workers[1].rank, 1);
+  EXPECT_EQ(third.workers[1].clock, 31);
+  EXPECT_EQ(third.workers[1].epoch, 2);
+  EXPECT_EQ(third.workers[1].samples, 1280u);
+
+  ASSERT_TRUE(store->Prune(2, 5).ok());
+  EXPECT_EQ(RecordedRounds(*store), (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(*store->ShardRounds(), (std::vector<int64_t>{4, 5}));
+  for (int64_t r = 1; r <= 3; ++r) {
+    EXPECT_EQ(store->ReadShard(r).status().code(), Code::kNotFound);
+    EXPECT_EQ(CountRawWeightKeys(dir.path(), r), 0) << "round " << r;
+  }
+  EXPECT_TRUE(store->ReadShard(4).ok());
+}
+
+TEST(Checkpoint, OtherShardsPruneAnnouncedRoundsAndHalfWrittenOnes) {
+  // A shard other than 0 has no records: it learns which rounds completed
+  // from Prune's argument, one announcement per round.
+  TempDir dir;
+  {
+    std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+    for (int64_t r = 1; r <= 3; ++r) {
+      ASSERT_TRUE(store->WriteShard(SmallSnapshot(r)).ok());
+      ASSERT_TRUE(store->Prune(2, r).ok());
+    }
+  }
+  ASSERT_EQ(WriteUntilKilled(dir.path(), BigSnapshot(4, 5'000'000), 12 << 20),
+            "killed by SIGXFSZ");
+  ASSERT_GT(CountRawWeightKeys(dir.path(), 4), 0);
+
+  std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+  EXPECT_EQ(*store->ShardRounds(), (std::vector<int64_t>{2, 3}));
+  ASSERT_TRUE(store->WriteShard(SmallSnapshot(5)).ok());
+  ASSERT_TRUE(store->Prune(2, 5).ok());
+  // Kept: the two newest complete rounds. Gone: older ones, and round 4,
+  // which this shard never finished, so no shard can have recorded it.
+  EXPECT_EQ(*store->ShardRounds(), (std::vector<int64_t>{3, 5}));
+  EXPECT_EQ(CountRawWeightKeys(dir.path(), 4), 0);
+  EXPECT_EQ(CountRawWeightKeys(dir.path(), 2), 0);
+  EXPECT_TRUE(store->ReadShard(3).ok());
+}
+
+TEST(Checkpoint, CorruptValueNamesRoundAndKey) {
+  TempDir dir;
+  {
+    std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+    ASSERT_TRUE(store->WriteShard(SmallSnapshot(7)).ok());
+  }
+  {
+    // Truncate block 1's value behind the store's back.
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, {}},
+        {"meta", {}},
+        {"weights", {}},
+        {"slots", {}}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.path(), families,
+                                  &handles, &db)
+                    .ok());
+    std::string key(7, '\0');
+    key += '\x07';
+    key += 'b';
+    const uint32_t id = NameId("w");
+    for (int i = 3; i >= 0; --i)
+      key.push_back(static_cast<char>(id >> (8 * i)));
+    key += std::string("\0\0\0\x01", 4);
+    EXPECT_TRUE(db->Put(rocksdb::WriteOptions(), handles[2], key,
+                        std::string(8 + 4, '\0'))
+                    .ok());
+    for (auto* h : handles)
+      db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    delete db;
+  }
+  std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+  Result<ShardSnapshot> read = store->ReadShard(7);
+  EXPECT_EQ(read.status().code(), Code::kBadFrame);
+  const std::string& m = read.status().message();
+  EXPECT_TRUE(Contains(m, dir.path())) << m;
+  EXPECT_TRUE(Contains(m, "round 7")) << m;
+  EXPECT_TRUE(Contains(m, "corrupt")) << m;
+  EXPECT_TRUE(Contains(m, "tensor 'w' block 1")) << m;
+  EXPECT_TRUE(Contains(m, "key 0000000000000007")) << m;
+}
+
+// --- Failures
+// ---------------------------------------------------------------------
+
+TEST(Checkpoint, OpenUnwritableDirNamesIt) {
+  TempDir dir;
+  const std::string file = dir.path() + "/not_a_dir";
+  std::ofstream(file) << "x";
+  const std::string under_file = file + "/shard0";
+  Result<std::unique_ptr<CheckpointStore>> store =
+      CheckpointStore::Open(under_file);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), Code::kIoError);
+  EXPECT_TRUE(Contains(store.status().message(), under_file))
+      << store.status().message();
+
+  Result<std::unique_ptr<CheckpointStore>> missing =
+      CheckpointStore::OpenReadOnly(dir.path() + "/missing");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kIoError);
+  EXPECT_TRUE(Contains(missing.status().message(), dir.path() + "/missing"));
+}
+
+// A tmpfs of `bytes` mounted on a fresh directory for one test.
+class TinyFilesystem {
+ public:
+  explicit TinyFilesystem(uint64_t bytes) {
+    const std::string options = "size=" + std::to_string(bytes);
+    if (mount("tmpfs", dir_.path().c_str(), "tmpfs", 0, options.c_str()) != 0) {
+      error_ = std::string("mount tmpfs on ") + dir_.path() + ": " +
+               std::strerror(errno) + " (this test needs root)";
+    }
+  }
+  ~TinyFilesystem() {
+    if (error_.empty()) umount2(dir_.path().c_str(), MNT_DETACH);
+  }
+  const std::string& path() const { return dir_.path(); }
+  const std::string& error() const { return error_; }
+
+ private:
+  TempDir dir_;
+  std::string error_;
+};
+
+TEST(Checkpoint, FullDiskIsAnErrorNotACrash) {
+  TinyFilesystem disk(4 << 20);
+  ASSERT_TRUE(disk.error().empty()) << disk.error();
+  const std::string db_dir = disk.path() + "/shard0";
+  std::unique_ptr<CheckpointStore> store = OpenOrDie(db_dir);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->WriteShard(SmallSnapshot(1)).ok());
+
+  Result<uint64_t> written = store->WriteShard(BigSnapshot(2, 2'000'000));
+  ASSERT_FALSE(written.ok());
+  const Status& s = written.status();
+  EXPECT_EQ(s.code(), Code::kIoError);
+  EXPECT_TRUE(Contains(s.message(), "space")) << s.message();
+  EXPECT_TRUE(Contains(s.message(), db_dir)) << s.message();
+  EXPECT_TRUE(Contains(s.message(), "round 2")) << s.message();
+
+  // The earlier round is intact and still the only one.
+  EXPECT_EQ(*store->ShardRounds(), std::vector<int64_t>{1});
+  Result<ShardSnapshot> one = store->ReadShard(1);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->tensors[0].blocks[0].weights,
+            (std::vector<float>{1.0f, 2.0f}));
+  // Later writes fail cleanly too while the disk stays full.
+  Result<uint64_t> again = store->WriteShard(BigSnapshot(3, 2'000'000));
+  EXPECT_EQ(again.status().code(), Code::kIoError) << again.status().ToString();
+  EXPECT_TRUE(Contains(again.status().message(), "space"))
+      << again.status().message();
+  store.reset();  // closed before the unmount
+}
+
+}  // namespace
+}  // namespace tether

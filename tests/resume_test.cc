@@ -1,0 +1,273 @@
+// Checkpoints and resume with real processes and real RocksDB on disk:
+// every process killed with SIGKILL mid-run, then the run resumed.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <map>
+
+#include "tests/cluster.h"
+#include "tests/worker_pool.h"
+
+namespace tether::testing {
+namespace {
+
+using Params = std::map<std::string, std::vector<float>>;
+
+const std::vector<std::pair<std::string, std::vector<uint64_t>>> kShapes = {
+    {"fc1.weight", {32, 784}},
+    {"fc1.bias", {32}},
+    {"fc2.weight", {10, 32}},
+    {"fc2.bias", {10}}};
+
+ClusterOptions RunOptions(const std::vector<std::string>& extra) {
+  ClusterOptions o;
+  o.shards = 2;
+  o.workers = 2;
+  o.seed = 21;
+  o.optimizer = "adam";
+  o.lr = 0.001f;
+  o.block_size = 4096;
+  o.extra_flags = {"--checkpoint-every", "60"};
+  o.extra_flags.insert(o.extra_flags.end(), extra.begin(), extra.end());
+  return o;
+}
+
+std::vector<std::unique_ptr<Process>> StartWorkers(const Cluster& cluster,
+                                                   const std::string& dir,
+                                                   const std::string& tag,
+                                                   int staleness = 0,
+                                                   int epochs = 1) {
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < 2; ++r) {
+    auto p = Process::Start(
+        {TETHER_WORKER_BIN, "--coordinator", cluster.coordinator(), "--rank",
+         std::to_string(r), "--staleness", std::to_string(staleness), "--model",
+         "mlp", "--hidden", "32", "--epochs", std::to_string(epochs), "--batch",
+         "200", "--eval-every", "0", "--quiet"},
+        dir + "/" + tag + "-worker" + std::to_string(r) + ".log");
+    EXPECT_TRUE(p.ok());
+    if (p.ok()) workers.push_back(std::move(*p));
+  }
+  return workers;
+}
+
+void WaitForWorkers(std::vector<std::unique_ptr<Process>>& workers) {
+  for (auto& w : workers) {
+    auto code = w->Wait(240000);
+    ASSERT_TRUE(code.ok()) << code.status().ToString();
+    EXPECT_EQ(*code, 0) << Tail(w->Log(), 10);
+  }
+}
+
+Params PullParams(const Cluster& cluster) {
+  auto observer = ConnectObserver(cluster.coordinator());
+  Params params;
+  if (observer == nullptr) return params;
+  for (const auto& [name, shape] : kShapes) {
+    EXPECT_TRUE(observer->DefineTensor(name, shape).ok()) << name;
+    std::vector<float>& v = params[name];
+    v.resize(shape.size() == 1 ? shape[0] : shape[0] * shape[1]);
+    EXPECT_TRUE(observer->Pull(name, v).ok()) << name;
+  }
+  return params;
+}
+
+// 60000 rows / 2 workers / batch 200 = 150 clocks; rounds at 60 and 120.
+Params UninterruptedRun() {
+  TempDir dir;
+  auto cluster = Cluster::Start(RunOptions({}), dir.path());
+  EXPECT_TRUE(cluster.ok()) << cluster.status().ToString();
+  if (!cluster.ok()) return {};
+  auto workers = StartWorkers(**cluster, dir.path(), "a");
+  WaitForWorkers(workers);
+  return PullParams(**cluster);
+}
+
+TEST(Resume, BspRunKilledAndResumedIsBitIdentical) {
+  Params expected = UninterruptedRun();
+  ASSERT_EQ(expected.size(), 4u);
+
+  TempDir dir;
+  {
+    auto cluster = Cluster::Start(RunOptions({}), dir.path());
+    ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+    auto workers = StartWorkers(**cluster, dir.path(), "first");
+    auto line = (*cluster)->shard(0).WaitForLine("checkpoint round 60 complete",
+                                                 120000);
+    ASSERT_TRUE(line.ok()) << line.status().ToString();
+    // Every process dies at once, mid-run, without a chance to clean up.
+    for (auto& w : workers) w->Signal(SIGKILL);
+    for (int i = 0; i < 2; ++i) (*cluster)->shard(i).Signal(SIGKILL);
+  }
+  auto cluster = Cluster::Start(RunOptions({"--resume", "latest"}), dir.path());
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto resumed =
+      (*cluster)->shard(0).WaitForLine("resumed from checkpoint round", 5000);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  auto workers = StartWorkers(**cluster, dir.path(), "second");
+  WaitForWorkers(workers);
+  Params got = PullParams(**cluster);
+  for (const auto& [name, values] : expected) {
+    ASSERT_EQ(values.size(), got[name].size()) << name;
+    EXPECT_EQ(std::memcmp(values.data(), got[name].data(),
+                          values.size() * sizeof(float)),
+              0)
+        << name << " differs from the uninterrupted run";
+  }
+}
+
+TEST(Resume, MismatchedRunOrMissingRoundRefusedAndNothingOverwritten) {
+  TempDir dir;
+  {
+    auto cluster = Cluster::Start(RunOptions({}), dir.path());
+    ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+    auto workers = StartWorkers(**cluster, dir.path(), "first");
+    WaitForWorkers(workers);
+    ASSERT_TRUE((*cluster)
+                    ->shard(0)
+                    .WaitForLine("checkpoint round 120 complete", 10000)
+                    .ok());
+  }
+  auto refused = [&](std::vector<std::string> flags, const std::string& why) {
+    std::vector<std::string> argv = {TETHER_SERVER_BIN,
+                                     "--shard-id",
+                                     "0",
+                                     "--shards",
+                                     "2",
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--workers",
+                                     "2",
+                                     "--optimizer",
+                                     "adam",
+                                     "--block-size",
+                                     "4096",
+                                     "--data-dir",
+                                     dir.path() + "/shard0"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    std::string out;
+    auto code = RunToExit(argv, &out, 10000);
+    ASSERT_TRUE(code.ok());
+    EXPECT_NE(*code, 0) << out;
+    EXPECT_NE(out.find(why), std::string::npos) << out;
+  };
+  refused({"--seed", "22", "--resume", "latest"}, "round 120");
+  refused({"--seed", "22", "--resume", "latest"}, "--seed 21 in the round");
+  refused({"--seed", "21", "--resume", "7"}, "round 7 is not a complete round");
+  refused({"--seed", "21", "--resume", "soon"}, "--resume");
+  // The rounds are still there and still load.
+  auto cluster = Cluster::Start(RunOptions({"--resume", "120"}), dir.path());
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  EXPECT_TRUE((*cluster)
+                  ->shard(0)
+                  .WaitForLine("resumed from checkpoint round 120", 5000)
+                  .ok());
+  EXPECT_TRUE((*cluster)
+                  ->shard(1)
+                  .WaitForLine("resumed from checkpoint round 120", 5000)
+                  .ok());
+}
+
+// Test accuracy of the model the cluster holds, from tether-worker
+// --evaluate-only.
+double Accuracy(const Cluster& cluster) {
+  std::string out;
+  auto code =
+      RunToExit({TETHER_WORKER_BIN, "--coordinator", cluster.coordinator(),
+                 "--model", "mlp", "--hidden", "32", "--evaluate-only",
+                 "--test-data", "fashion-mnist"},
+                &out, 60000);
+  EXPECT_TRUE(code.ok() && *code == 0) << out;
+  auto at = out.find("test accuracy ");
+  EXPECT_NE(at, std::string::npos) << out;
+  return at == std::string::npos ? -1 : std::atof(out.c_str() + at + 14);
+}
+
+TEST(Resume, AsyncRunKilledAndResumedEndsWithinOnePercent) {
+  double clean = 0;
+  {
+    TempDir dir;
+    auto cluster = Cluster::Start(RunOptions({}), dir.path());
+    ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+    auto workers = StartWorkers(**cluster, dir.path(), "clean", 2, 2);
+    WaitForWorkers(workers);
+    clean = Accuracy(**cluster);
+  }
+  TempDir dir;
+  {
+    auto cluster = Cluster::Start(RunOptions({}), dir.path());
+    ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+    auto workers = StartWorkers(**cluster, dir.path(), "first", 2, 2);
+    ASSERT_TRUE((*cluster)
+                    ->shard(0)
+                    .WaitForLine("checkpoint round 120 complete", 120000)
+                    .ok());
+    for (auto& w : workers) w->Signal(SIGKILL);
+    for (int i = 0; i < 2; ++i) (*cluster)->shard(i).Signal(SIGKILL);
+  }
+  auto cluster = Cluster::Start(RunOptions({"--resume", "latest"}), dir.path());
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto workers = StartWorkers(**cluster, dir.path(), "second", 2, 2);
+  WaitForWorkers(workers);
+  double resumed = Accuracy(**cluster);
+  EXPECT_GT(clean, 0.7);
+  EXPECT_NEAR(resumed, clean, 0.01);
+}
+
+TEST(Resume, ShardKilledWhileWritingNeverLeavesAHalfRound) {
+  TempDir dir;
+  const uint64_t n = 4 << 20;  // large enough that a round takes a while
+  std::vector<float> ones(n, 1.0f);
+  {
+    auto cluster = Cluster::Start(RunOptions({}), dir.path());
+    ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+    auto workers = ConnectWorkers((*cluster)->coordinator(), {-1, -1});
+    ASSERT_EQ(workers.size(), 2u);
+    auto observer = ConnectObserver((*cluster)->coordinator());
+    ASSERT_TRUE(observer->DefineTensor("ballast", {n}).ok());
+    auto clock_to = [&](int64_t target) {
+      for (auto& w : workers) {
+        while (w->clock() < target) ASSERT_TRUE(w->Clock().ok());
+      }
+    };
+    // Adam from zero with a unit gradient: each push moves every value by
+    // -lr, so the ballast tells which round was loaded.
+    ASSERT_TRUE(observer->Push("ballast", ones).ok());
+    clock_to(60);
+    ASSERT_TRUE((*cluster)
+                    ->shard(0)
+                    .WaitForLine("checkpoint round 60 complete", 60000)
+                    .ok());
+    ASSERT_TRUE(observer->Push("ballast", ones).ok());
+    clock_to(120);
+    auto writing =
+        (*cluster)->shard(1).WaitForLine("writing checkpoint round 120", 60000);
+    ASSERT_TRUE(writing.ok()) << writing.status().ToString();
+    (*cluster)->shard(1).Signal(SIGKILL);  // most likely mid-write
+    (*cluster)->shard(0).Signal(SIGKILL);
+  }
+  auto cluster = Cluster::Start(RunOptions({"--resume", "latest"}), dir.path());
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto line =
+      (*cluster)->shard(0).WaitForLine("resumed from checkpoint round", 10000);
+  ASSERT_TRUE(line.ok()) << line.status().ToString();
+  const int64_t round = std::atoll(line->c_str() + line->rfind("round ") + 6);
+  ASSERT_TRUE(round == 60 || round == 120) << *line;
+  EXPECT_TRUE(
+      (*cluster)
+          ->shard(1)
+          .WaitForLine("resumed from checkpoint round " + std::to_string(round),
+                       10000)
+          .ok());
+  auto observer = ConnectObserver((*cluster)->coordinator());
+  ASSERT_TRUE(observer->DefineTensor("ballast", {n}).ok());
+  std::vector<float> ballast(n);
+  ASSERT_TRUE(observer->Pull("ballast", ballast).ok());
+  const float expected = -0.001f * static_cast<float>(round / 60);
+  EXPECT_NEAR(ballast.front(), expected, 1e-6);
+  EXPECT_NEAR(ballast.back(), expected, 1e-6);
+}
+
+}  // namespace
+}  // namespace tether::testing
