@@ -112,6 +112,29 @@ void Coordinator::OnRoundComplete(
   on_round_complete_ = std::move(on_complete);
 }
 
+void Coordinator::SetTakeRound(std::function<Result<int64_t>()> take_local) {
+  std::lock_guard lock(mu_);
+  take_round_ = std::move(take_local);
+}
+
+Result<int64_t> Coordinator::CheckpointNow() {
+  std::unique_lock lock(mu_);
+  if (!take_round_) return Unavailable("checkpoints are not set up");
+  auto take = take_round_;
+  std::vector<std::shared_ptr<Connection>> shards;
+  for (auto& weak : shard_conns_) {
+    if (auto conn = weak.lock()) shards.push_back(std::move(conn));
+  }
+  lock.unlock();
+  auto round = take();
+  if (!round.ok()) return round.status();
+  flatbuffers::FlatBufferBuilder fbb(64);
+  OutFrame frame = FinishFrame(fbb, wire::CreateTakeRound(fbb, *round));
+  for (auto& conn : shards) conn->Send(frame);
+  TETHER_LOG(kInfo) << "checkpoint round " << *round << " requested";
+  return round;
+}
+
 void Coordinator::RoundWritten(int shard_id, int64_t round, uint64_t bytes,
                                const std::string& error) {
   std::unique_lock lock(mu_);

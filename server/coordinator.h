@@ -53,6 +53,11 @@ class Coordinator {
                     const std::string& error);
   void OnRoundComplete(std::function<void(int64_t, uint64_t)> on_complete);
 
+  // A checkpoint round now: `take_local` writes shard 0's slice and names
+  // the round, then every other shard is told to write the same round.
+  void SetTakeRound(std::function<Result<int64_t>()> take_local);
+  Result<int64_t> CheckpointNow();
+
  private:
   struct Waiting {
     std::shared_ptr<Connection> conn;
@@ -78,6 +83,7 @@ class Coordinator {
   };
   std::map<int64_t, RoundProgress> rounds_;  // rounds not yet complete
   std::function<void(int64_t, uint64_t)> on_round_complete_;
+  std::function<Result<int64_t>()> take_round_;
   std::vector<const Connection*> worker_conns_;  // by rank; null when free
   std::vector<Waiting> waiting_;  // hello'd peers not yet welcomed
   bool started_ = false;          // every worker has been welcomed once

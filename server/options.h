@@ -24,9 +24,9 @@ struct ServerOptions {
   int block_size = 65536;                 // --block-size: floats per block
   uint64_t seed = 1;                      // --seed: the run seed
   OptimizerOptions optimizer;             // --optimizer --lr --momentum ...
-  int64_t checkpoint_every = 0;  // --checkpoint-every: clocks; 0 never
-  int keep_checkpoints = 3;      // --keep-checkpoints: rounds kept
-  std::string resume;            // --resume: latest or a round number
+  int64_t checkpoint_every = 0;           // --checkpoint-every: clocks; 0 never
+  int keep_checkpoints = 3;               // --keep-checkpoints: rounds kept
+  std::string resume;                     // --resume: latest or a round number
   int threads = 2;                        // --threads: I/O threads
   uint64_t max_frame_bytes = uint64_t{64} << 20;  // --max-frame-bytes
   int connect_timeout_ms = 10000;                 // --connect-timeout-ms

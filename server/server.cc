@@ -85,6 +85,7 @@ Status Server::Start() {
         [shard](int rank) { return shard->WorkerClock(rank); });
     coordinator_->OnRoundComplete(
         [this](int64_t round, uint64_t bytes) { RecordRound(round, bytes); });
+    coordinator_->SetTakeRound([this] { return shard_->CheckpointNow(-1); });
   } else {
     TETHER_RETURN_IF_ERROR(RegisterWithCoordinator());
   }
@@ -114,6 +115,11 @@ Status Server::RegisterWithCoordinator() {
         if (answered->exchange(true)) {
           if (const auto* done = m.body_as_RoundComplete()) {
             PruneRounds(done->round());
+          } else if (const auto* take = m.body_as_TakeRound()) {
+            auto round = shard_->CheckpointNow(take->round());
+            if (!round.ok()) {
+              OnRoundWritten(take->round(), round.status());
+            }
           }
           return;
         }
@@ -210,7 +216,7 @@ Status Server::SetUpCheckpoints() {
   const RunSettings& settings = shard_->settings();
   const bool needed =
       settings.checkpoint_every > 0 || settings.resume_round >= 0;
-  if (!needed) return Status::Ok();
+  if (!needed && options_.data_dir.empty()) return Status::Ok();
   if (options_.data_dir.empty()) {
     return InvalidArgument(
         "--data-dir: required: this run writes or resumes checkpoints");
@@ -229,7 +235,7 @@ Status Server::SetUpCheckpoints() {
     TETHER_LOG(kInfo) << "resumed from checkpoint round "
                       << settings.resume_round;
   }
-  if (settings.checkpoint_every > 0) {
+  {  // periodic rounds when checkpoint_every > 0, and rounds on demand
     checkpointer_ = std::make_unique<Checkpointer>(
         store_.get(), [this](int64_t round, const Result<uint64_t>& written) {
           OnRoundWritten(round, written);

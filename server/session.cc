@@ -37,6 +37,20 @@ void Session::OnFrame(Frame frame) {
   if (message.body_type() == wire::Body::Hello) {
     return conn_->Send(MakeErrorFrame(0, ProtocolError("duplicate Hello")));
   }
+  if (const wire::CheckpointNow* now = message.body_as_CheckpointNow()) {
+    if (coordinator_ == nullptr) {
+      return conn_->Send(MakeErrorFrame(
+          now->request_id(),
+          ProtocolError("ask shard 0 (the coordinator) for checkpoints")));
+    }
+    auto round = coordinator_->CheckpointNow();
+    if (!round.ok()) {
+      return conn_->Send(MakeErrorFrame(now->request_id(), round.status()));
+    }
+    flatbuffers::FlatBufferBuilder fbb(64);
+    return conn_->Send(FinishFrame(
+        fbb, wire::CreateCheckpointStarted(fbb, now->request_id(), *round)));
+  }
   if (const wire::RoundWritten* w = message.body_as_RoundWritten()) {
     if (peer_.role != wire::Role::Shard || coordinator_ == nullptr) {
       return conn_->Send(MakeErrorFrame(

@@ -356,19 +356,37 @@ void Shard::MaybeCheckpointLocked() {
   // same round at the same clock, each from its own view of the clocks.
   const int64_t round = min_clock / k * k;
   next_round_clock_ = round + k;
+  if (Status s = TakeRoundLocked(round); !s.ok()) {
+    TETHER_LOG(kWarning) << "skipping checkpoint round " << round << ": "
+                         << s.message();
+  }
+}
+
+Status Shard::TakeRoundLocked(int64_t round) {
+  if (checkpointer_ == nullptr) {
+    return Unavailable("shard " + std::to_string(shard_id_) +
+                       " has no --data-dir to write checkpoints into");
+  }
   ShardSnapshot snapshot;
   snapshot.round = round;
   snapshot.shard_id = shard_id_;
-  snapshot.min_clock = round;
+  snapshot.min_clock = clocks_.min_clock();
   snapshot.settings = settings_;
   for (int r = 0; r < clocks_.num_workers(); ++r) {
     snapshot.worker_clocks.push_back(clocks_.clock(r));
   }
   store_.Snapshot(&snapshot.tensors, &snapshot.tables);
   if (!checkpointer_->Submit(std::move(snapshot))) {
-    TETHER_LOG(kWarning) << "skipping checkpoint round " << round
-                         << ": the previous round is still being written";
+    return Unavailable("the previous round is still being written");
   }
+  return Status::Ok();
+}
+
+Result<int64_t> Shard::CheckpointNow(int64_t round) {
+  std::lock_guard lock(mu_);
+  if (round < 0) round = clocks_.min_clock();
+  TETHER_RETURN_IF_ERROR(TakeRoundLocked(round));
+  return round;
 }
 
 Status Shard::Restore(const ShardSnapshot& snapshot) {

@@ -65,6 +65,10 @@ class Shard {
   // Has `checkpointer` write a round whenever the minimum clock reaches a
   // multiple of settings().checkpoint_every. Call before serving.
   void EnableCheckpoints(Checkpointer* checkpointer);
+  // Writes a round now, from the state as it is: round `round`, or (when
+  // negative) one named by the current minimum clock. Returns the round;
+  // kUnavailable when no checkpoints are set up or a write is in progress.
+  Result<int64_t> CheckpointNow(int64_t round);
   // Loads a round's slice: parameters, optimizer state, and every worker's
   // clock set to the round's clock (workers continue from there).
   Status Restore(const ShardSnapshot& snapshot);
@@ -124,6 +128,8 @@ class Shard {
   // checkpoint when due, then answers the released pulls.
   void ClocksMovedLocked(std::vector<ClockTable::Release> released);
   void MaybeCheckpointLocked();
+  // Snapshots the store as `round` and hands it to the writer.
+  Status TakeRoundLocked(int64_t round);
   Checkpointer* checkpointer_ = nullptr;  // set before serving
   int64_t next_round_clock_ = 0;
   std::map<int64_t, std::vector<StagedPush>> staged_;

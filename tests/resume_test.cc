@@ -271,3 +271,38 @@ TEST(Resume, ShardKilledWhileWritingNeverLeavesAHalfRound) {
 
 }  // namespace
 }  // namespace tether::testing
+
+namespace tether::testing {
+namespace {
+
+TEST(Checkpoints, OnDemandRoundFromTheToolCompletesAndLists) {
+  TempDir dir;
+  ClusterOptions o = RunOptions({});
+  o.extra_flags = {};  // no periodic rounds: only the one asked for
+  auto cluster = Cluster::Start(o, dir.path());
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto workers = ConnectWorkers((*cluster)->coordinator(), {-1, -1});
+  ASSERT_EQ(workers.size(), 2u);
+  for (auto& w : workers) {
+    for (int k = 0; k < 7; ++k) ASSERT_TRUE(w->Clock().ok());
+  }
+  std::string out;
+  auto code = RunToExit({TETHER_CKPT_BIN, "now", "--coordinator",
+                         (*cluster)->coordinator()},
+                        &out, 20000);
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0) << out;
+  EXPECT_NE(out.find("round 7 started"), std::string::npos) << out;
+  ASSERT_TRUE((*cluster)
+                  ->shard(0)
+                  .WaitForLine("checkpoint round 7 complete", 20000)
+                  .ok());
+  code = RunToExit({TETHER_CKPT_BIN, "list", "--data-dir", dir.path()}, &out,
+                   20000);
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0) << out;
+  EXPECT_NE(out.find("7"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tether::testing

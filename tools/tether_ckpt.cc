@@ -45,6 +45,7 @@
 #include "server/checkpoint.h"
 #include "server/initializer.h"
 #include "server/optimizer.h"
+#include "worker/client.h"
 
 namespace tether {
 namespace {
@@ -706,13 +707,34 @@ int RunExport(const ShardDirs& dirs, const CkptOptions& o) {
   return 0;
 }
 
+// Asks a running cluster's shard 0 for a round now.
+int RunNow(const std::string& coordinator) {
+  if (coordinator.empty()) {
+    return Fail(InvalidArgument("now needs --coordinator HOST:PORT"));
+  }
+  ClientOptions co;
+  co.coordinator = coordinator;
+  co.observer = true;
+  co.name = "tether-ckpt now";
+  auto client = Client::Connect(co);
+  if (!client.ok()) return Fail(client.status());
+  auto round = (*client)->CheckpointNow();
+  if (!round.ok()) return Fail(round.status());
+  std::cout << "round " << *round
+            << " started; `tether-ckpt list` shows it once every shard has "
+               "written it\n";
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   CkptOptions o;
+  std::string coordinator;
   FlagParser p("tether-ckpt COMMAND", kSummary);
   p.AddString("data-dir", &o.data_dir,
               "the shards' data dirs, comma-separated, shard 0's first; or "
               "one dir holding shard0, shard1, ...");
   p.AddString("round", &o.round, "show, verify, export: a round or latest");
+  p.AddString("coordinator", &coordinator, "now: HOST:PORT of shard 0");
   p.AddString("format", &o.format, "export: safetensors or npy");
   p.AddString("out", &o.out,
               "export: the .safetensors file, or the directory for .npy files");
@@ -720,12 +742,14 @@ int Main(int argc, char** argv) {
           p.ParseForMain(argc, argv, /*positional_allowed=*/true)) {
     return *exit_code;
   }
-  const std::set<std::string> commands = {"list", "show", "verify", "export"};
+  const std::set<std::string> commands = {"list", "show", "verify", "export",
+                                          "now"};
   if (p.positional().size() != 1 || commands.count(p.positional()[0]) == 0) {
-    std::cerr << "tether-ckpt: expected one command: list, show, verify or "
-                 "export; see --help\n";
+    std::cerr << "tether-ckpt: expected one command: list, show, verify, "
+                 "export or now; see --help\n";
     return 2;
   }
+  if (p.positional()[0] == "now") return RunNow(coordinator);
   Result<ShardDirs> dirs = ResolveDirs(o.data_dir);
   if (!dirs.ok()) {
     std::cerr << "tether-ckpt: " << dirs.status().message() << "\n";

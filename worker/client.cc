@@ -56,6 +56,8 @@ uint64_t RequestIdOf(const wire::Message& m) {
       return m.body_as_Stats()->request_id();
     case wire::Body::Ack:
       return m.body_as_Ack()->request_id();
+    case wire::Body::CheckpointStarted:
+      return m.body_as_CheckpointStarted()->request_id();
     case wire::Body::Error:
       return m.body_as_Error()->request_id();
     default:
@@ -776,6 +778,30 @@ void Client::ReportAsync(const Progress& p, Callback done) {
 
 Status Client::Report(const Progress& progress) {
   return Wait([&](Callback cb) { ReportAsync(progress, std::move(cb)); });
+}
+
+Result<int64_t> Client::CheckpointNow() {
+  Impl& c = *impl_;
+  auto round = std::make_shared<std::atomic<int64_t>>(-1);
+  Status s = Wait([&](Callback cb) {
+    uint64_t request = c.NextId();
+    flatbuffers::FlatBufferBuilder fbb(64);
+    c.Send(
+        *c.links[0], request,
+        FinishFrame(fbb, wire::CreateCheckpointNow(fbb, request)),
+        [round, cb = std::move(cb)](const wire::Message* m, const Status& e) {
+          if (m == nullptr) return cb(e);
+          const wire::CheckpointStarted* started =
+              m->body_as_CheckpointStarted();
+          if (started == nullptr) {
+            return cb(ProtocolError("checkpoint request not answered"));
+          }
+          round->store(started->round());
+          cb(Status::Ok());
+        });
+  });
+  if (!s.ok()) return s;
+  return round->load();
 }
 
 Result<std::vector<ShardStats>> Client::Stats() {

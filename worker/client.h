@@ -180,6 +180,11 @@ class Client {
   void ReportAsync(const Progress& progress, Callback done);
   Status Report(const Progress& progress);
 
+  // Asks shard 0 for a checkpoint round now; returns the round's number.
+  // kUnavailable when the cluster has no --data-dir or a round is still
+  // being written.
+  Result<int64_t> CheckpointNow();
+
   // Every shard's counters, by shard id.
   Result<std::vector<ShardStats>> Stats();
 

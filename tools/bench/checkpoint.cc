@@ -87,6 +87,8 @@ int Main(int argc, char** argv) {
   auto pause_start = Clock::now();
   ShardSnapshot snapshot;
   snapshot.round = 1;
+  snapshot.settings.optimizer = adam;
+  snapshot.settings.block_size = 65536;
   store.Snapshot(&snapshot.tensors, &snapshot.tables);
   double pause = Since(pause_start);
 
