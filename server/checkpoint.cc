@@ -340,8 +340,8 @@ Status CheckFits(const std::string& where, const ShardSnapshot& s) {
     if (!bad.empty()) return InvalidArgument(bad).WithContext(what);
     for (const TensorSnapshot::Block& b : t.blocks) {
       if (b.index >= layout.num_blocks ||
-          b.weights.size() != layout.BlockLen(b.index) ||
-          b.slots.size() != slots_per_weight * b.weights.size()) {
+          b.Weights().size() != layout.BlockLen(b.index) ||
+          b.Slots().size() != slots_per_weight * b.Weights().size()) {
         return InvalidArgument(what + " block " + std::to_string(b.index) +
                                " does not fit its shape and optimizer");
       }
@@ -717,8 +717,8 @@ Result<uint64_t> CheckpointStore::WriteShard(const ShardSnapshot& snapshot) {
       rocksdb::SliceParts(&header_slice, 1), header.size());
 
   auto put_data = [&](const std::string& key, uint64_t step,
-                      const std::vector<float>& weights,
-                      const std::vector<float>& slots) {
+                      std::span<const float> weights,
+                      std::span<const float> slots) {
     uint64_t step_le = step;
     rocksdb::Slice parts[2] = {
         rocksdb::Slice(reinterpret_cast<const char*>(&step_le), 8),
@@ -734,7 +734,7 @@ Result<uint64_t> CheckpointStore::WriteShard(const ShardSnapshot& snapshot) {
   };
   for (const TensorSnapshot& t : snapshot.tensors) {
     for (const TensorSnapshot::Block& b : t.blocks) {
-      put_data(BlockKey(round, t.id, b.index), b.step, b.weights, b.slots);
+      put_data(BlockKey(round, t.id, b.index), b.step, b.Weights(), b.Slots());
       if (!failed.ok()) return failed;
     }
   }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,20 @@ struct TensorSnapshot {
     uint64_t step = 0;           // updates applied (Adam's t)
     std::vector<float> weights;  // the block's length
     std::vector<float> slots;    // slots_per_weight * length, slot-major
+    // ParamStore::Snapshot fills these instead of the copies above: views
+    // of the store's own buffers, kept unchanged (copy-on-write) for as
+    // long as `shared` is held, so taking a snapshot copies nothing.
+    std::shared_ptr<const void> shared;
+    std::span<const float> shared_weights;
+    std::span<const float> shared_slots;
+
+    // The weights and slots, wherever they are held.
+    std::span<const float> Weights() const {
+      return shared ? shared_weights : std::span<const float>(weights);
+    }
+    std::span<const float> Slots() const {
+      return shared ? shared_slots : std::span<const float>(slots);
+    }
   };
   std::vector<Block> blocks;  // only blocks this shard has touched
 };

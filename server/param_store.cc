@@ -95,17 +95,25 @@ struct ParamStore::Block {
   uint32_t len = 0;
   // Shared with frames being sent (see ShareBlock); copied before a write
   // while anyone else holds it.
+  // Weights and slots are shared with frames being sent (ShareBlock) and
+  // with checkpoint snapshots being written (Snapshot); copied before a
+  // write while anyone else holds them.
   std::shared_ptr<float[]> weights_owner;
-  std::vector<float> slots_data;
+  std::shared_ptr<float[]> slots_owner;
+  size_t slots_len = 0;
 
   std::span<float> weights() { return {weights_owner.get(), len}; }
-  std::span<float> slots() { return slots_data; }
-  // Makes the weights exclusively ours before they change.
+  std::span<float> slots() { return {slots_owner.get(), slots_len}; }
+  // Makes the buffers exclusively ours before they change.
   void Unshare() {
-    if (weights_owner.use_count() <= 1) return;
-    std::shared_ptr<float[]> copy(new float[len]);
-    std::memcpy(copy.get(), weights_owner.get(), size_t{len} * sizeof(float));
-    weights_owner = std::move(copy);
+    Own(weights_owner, len);
+    Own(slots_owner, slots_len);
+  }
+  static void Own(std::shared_ptr<float[]>& buffer, size_t n) {
+    if (buffer.use_count() <= 1) return;
+    std::shared_ptr<float[]> copy(new float[n]);
+    std::memcpy(copy.get(), buffer.get(), n * sizeof(float));
+    buffer = std::move(copy);
   }
 };
 
@@ -137,7 +145,8 @@ struct ParamStore::Tensor {
       const size_t floats = size_t{b.len} * (1 + slots_per_weight);
       b.weights_owner.reset(new float[b.len]);
       // Value-initialized, so the slots start at zero.
-      b.slots_data.resize(size_t{b.len} * slots_per_weight);
+      b.slots_len = size_t{b.len} * slots_per_weight;
+      b.slots_owner.reset(new float[b.slots_len]());  // zeroed
       FillInitial(init, seed, id, uint64_t{block} * block_size, b.weights());
       floats_held += floats;
     }
@@ -439,9 +448,14 @@ void ParamStore::Snapshot(std::vector<TensorSnapshot>* tensors,
     out.blocks.reserve(indices.size());
     for (uint32_t index : indices) {
       const Block& b = t->blocks.at(index);
-      const float* w = b.weights_owner.get();
-      out.blocks.push_back(
-          {index, b.step, std::vector<float>(w, w + b.len), b.slots_data});
+      TensorSnapshot::Block& sb = out.blocks.emplace_back();
+      sb.index = index;
+      sb.step = b.step;
+      sb.shared = std::make_shared<
+          std::pair<std::shared_ptr<float[]>, std::shared_ptr<float[]>>>(
+          b.weights_owner, b.slots_owner);
+      sb.shared_weights = {b.weights_owner.get(), b.len};
+      sb.shared_slots = {b.slots_owner.get(), b.slots_len};
     }
   }
 
@@ -502,13 +516,13 @@ Status ParamStore::Restore(const std::vector<TensorSnapshot>& tensors,
                                std::to_string(t.num_blocks) + " blocks)");
       }
       const uint32_t len = t.BlockLen(sb.index, block_size_);
-      if (sb.weights.size() != len) {
+      if (sb.Weights().size() != len) {
         return InvalidArgument(block + " has " +
-                               std::to_string(sb.weights.size()) +
+                               std::to_string(sb.Weights().size()) +
                                " weights, expected " + std::to_string(len));
       }
-      if (sb.slots.size() != slots_per_weight * len) {
-        return SlotMismatch(block, sb.slots.size(), slots_per_weight * len,
+      if (sb.Slots().size() != slots_per_weight * len) {
+        return SlotMismatch(block, sb.Slots().size(), slots_per_weight * len,
                             optimizer_.options().kind);
       }
       auto [it, inserted] = t.blocks.try_emplace(sb.index);
@@ -517,9 +531,12 @@ Status ParamStore::Restore(const std::vector<TensorSnapshot>& tensors,
       b.len = len;
       b.step = sb.step;
       b.weights_owner.reset(new float[len]);
-      std::memcpy(b.weights_owner.get(), sb.weights.data(),
+      std::memcpy(b.weights_owner.get(), sb.Weights().data(),
                   size_t{len} * sizeof(float));
-      b.slots_data = sb.slots;
+      b.slots_len = sb.Slots().size();
+      b.slots_owner.reset(new float[b.slots_len]);
+      std::memcpy(b.slots_owner.get(), sb.Slots().data(),
+                  b.slots_len * sizeof(float));
       t.floats_held += size_t{len} * (1 + slots_per_weight);
     }
   }

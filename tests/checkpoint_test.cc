@@ -317,7 +317,11 @@ TEST(ParamStoreSnapshot, RestoreRejectsMismatchedSlots) {
   EXPECT_EQ(sgd.counts().bytes, counts.bytes);
 
   // A block of the wrong length is refused the same way.
-  tensors[0].blocks[0].weights.pop_back();
+  TensorSnapshot::Block& shortened = tensors[0].blocks[0];
+  shortened.weights.assign(shortened.Weights().begin(),
+                           shortened.Weights().end() - 1);
+  shortened.slots.assign(shortened.Slots().begin(), shortened.Slots().end());
+  shortened.shared.reset();
   ParamStore adam2(kSeed, 4, Opt(OptimizerKind::kAdam));
   s = adam2.Restore(tensors, tables);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);

@@ -190,7 +190,7 @@ TEST(Resume, AsyncRunKilledAndResumedEndsWithinOnePercent) {
     TempDir dir;
     auto cluster = Cluster::Start(RunOptions({}), dir.path());
     ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
-    auto workers = StartWorkers(**cluster, dir.path(), "clean", 2, 2);
+    auto workers = StartWorkers(**cluster, dir.path(), "clean", 2, 5);
     WaitForWorkers(workers);
     clean = Accuracy(**cluster);
   }
@@ -198,7 +198,7 @@ TEST(Resume, AsyncRunKilledAndResumedEndsWithinOnePercent) {
   {
     auto cluster = Cluster::Start(RunOptions({}), dir.path());
     ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
-    auto workers = StartWorkers(**cluster, dir.path(), "first", 2, 2);
+    auto workers = StartWorkers(**cluster, dir.path(), "first", 2, 5);
     ASSERT_TRUE((*cluster)
                     ->shard(0)
                     .WaitForLine("checkpoint round 120 complete", 120000)
@@ -208,7 +208,7 @@ TEST(Resume, AsyncRunKilledAndResumedEndsWithinOnePercent) {
   }
   auto cluster = Cluster::Start(RunOptions({"--resume", "latest"}), dir.path());
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
-  auto workers = StartWorkers(**cluster, dir.path(), "second", 2, 2);
+  auto workers = StartWorkers(**cluster, dir.path(), "second", 2, 5);
   WaitForWorkers(workers);
   double resumed = Accuracy(**cluster);
   EXPECT_GT(clean, 0.7);
