@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <cstring>
+#include <filesystem>
 #include <map>
 
 #include "tests/cluster.h"
@@ -287,9 +288,9 @@ TEST(Checkpoints, OnDemandRoundFromTheToolCompletesAndLists) {
     for (int k = 0; k < 7; ++k) ASSERT_TRUE(w->Clock().ok());
   }
   std::string out;
-  auto code = RunToExit({TETHER_CKPT_BIN, "now", "--coordinator",
-                         (*cluster)->coordinator()},
-                        &out, 20000);
+  auto code = RunToExit(
+      {TETHER_CKPT_BIN, "now", "--coordinator", (*cluster)->coordinator()},
+      &out, 20000);
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0) << out;
   EXPECT_NE(out.find("round 7 started"), std::string::npos) << out;
@@ -302,6 +303,92 @@ TEST(Checkpoints, OnDemandRoundFromTheToolCompletesAndLists) {
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 0) << out;
   EXPECT_NE(out.find("7"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tether::testing
+
+namespace tether::testing {
+namespace {
+
+// A tmpfs of `size` mounted at `path` for the test's lifetime (we run as
+// root, as CI does).
+class TinyFilesystem {
+ public:
+  TinyFilesystem(const std::string& path, const std::string& size)
+      : path_(path) {
+    std::filesystem::create_directories(path);
+    std::string out;
+    auto code = RunToExit(
+        {"/bin/mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", path},
+        &out, 10000);
+    mounted_ = code.ok() && *code == 0;
+    EXPECT_TRUE(mounted_) << "mounting a tmpfs at " << path
+                          << " needs root: " << out;
+  }
+  ~TinyFilesystem() {
+    std::string out;
+    if (mounted_) (void)RunToExit({"/bin/umount", path_}, &out, 10000);
+  }
+  bool mounted() const { return mounted_; }
+  void Grow(const std::string& size) {
+    std::string out;
+    auto code = RunToExit({"/bin/mount", "-o", "remount,size=" + size, path_},
+                          &out, 10000);
+    EXPECT_TRUE(code.ok() && *code == 0) << out;
+  }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+};
+
+TEST(Checkpoints, FullDiskFailsTheRoundTrainingGoesOnPreviousRoundLoads) {
+  TempDir dir;
+  TinyFilesystem tiny(dir.path() + "/shard1", "3m");
+  ASSERT_TRUE(tiny.mounted());
+  {
+    auto cluster = Cluster::Start(RunOptions({}), dir.path());
+    ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+    auto workers = ConnectWorkers((*cluster)->coordinator(), {-1, -1});
+    ASSERT_EQ(workers.size(), 2u);
+    auto observer = ConnectObserver((*cluster)->coordinator());
+    auto clock_to = [&](int64_t target) {
+      for (auto& w : workers) {
+        while (w->clock() < target) ASSERT_TRUE(w->Clock().ok());
+      }
+    };
+    ASSERT_TRUE(observer->DefineTensor("small", {1000}).ok());
+    std::vector<float> ones(2 << 20, 1.0f);
+    ASSERT_TRUE(observer->Push("small", std::span(ones).first(1000)).ok());
+    clock_to(60);
+    ASSERT_TRUE((*cluster)
+                    ->shard(0)
+                    .WaitForLine("checkpoint round 60 complete", 30000)
+                    .ok());
+    // Now shard 1's slice no longer fits its 3 MB filesystem.
+    ASSERT_TRUE(observer->DefineTensor("big", {2 << 20}).ok());
+    ASSERT_TRUE(observer->Push("big", ones).ok());
+    clock_to(120);
+    auto failed = (*cluster)->shard(0).WaitForLine(
+        "checkpoint round 120 failed on shard 1", 30000);
+    ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+    EXPECT_NE(failed->find("space"), std::string::npos) << *failed;
+    // Training goes on.
+    clock_to(150);
+    ASSERT_TRUE(observer->Push("big", ones).ok());
+    std::vector<float> small(1000);
+    ASSERT_TRUE(observer->Pull("small", small).ok());
+  }
+  // Once there is room again, the previous complete round loads.
+  tiny.Grow("64m");
+  auto cluster = Cluster::Start(RunOptions({"--resume", "latest"}), dir.path());
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  EXPECT_TRUE((*cluster)
+                  ->shard(1)
+                  .WaitForLine("resumed from checkpoint round 60", 10000)
+                  .ok())
+      << Tail((*cluster)->shard(1).Log(), 5);
 }
 
 }  // namespace
