@@ -13,34 +13,6 @@ namespace {
 // per table, and pages of the unused tail are never touched.
 constexpr size_t kChunkFloats = size_t{1} << 16;
 
-std::string ShapeString(const std::vector<uint64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
-std::string InitString(const InitSpec& init) {
-  std::ostringstream s;
-  switch (init.kind) {
-    case InitSpec::Kind::kZeros:
-      return "zeros";
-    case InitSpec::Kind::kUniform:
-      s << "uniform(" << init.scale << ")";
-      break;
-    case InitSpec::Kind::kNormal:
-      s << "normal(" << init.scale << ")";
-      break;
-    case InitSpec::Kind::kConstant:
-      s << "constant(" << init.scale << ")";
-      break;
-    default:
-      s << "kind " << static_cast<int>(init.kind);
-  }
-  return s.str();
-}
 
 // Inits arrive from the network: an unknown kind or a NaN scale would
 // otherwise become weights that poison every later update.
@@ -88,6 +60,35 @@ uint32_t NameId(const std::string& name) {
     h *= 16777619u;
   }
   return h;
+}
+
+std::string ShapeString(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+std::string InitString(const InitSpec& init) {
+  std::ostringstream s;
+  switch (init.kind) {
+    case InitSpec::Kind::kZeros:
+      return "zeros";
+    case InitSpec::Kind::kUniform:
+      s << "uniform(" << init.scale << ")";
+      break;
+    case InitSpec::Kind::kNormal:
+      s << "normal(" << init.scale << ")";
+      break;
+    case InitSpec::Kind::kConstant:
+      s << "constant(" << init.scale << ")";
+      break;
+    default:
+      s << "kind " << static_cast<int>(init.kind);
+  }
+  return s.str();
 }
 
 struct ParamStore::Block {

@@ -25,6 +25,10 @@ namespace tether {
 // processes and runs, used on the wire and to seed initial values.
 uint32_t NameId(const std::string& name);
 
+// "[3, 4]", and "uniform(0.1)" and the like, for messages and tools.
+std::string ShapeString(const std::vector<uint64_t>& shape);
+std::string InitString(const InitSpec& init);
+
 class ParamStore {
  public:
   ParamStore(uint64_t seed, uint32_t block_size, OptimizerOptions optimizer);

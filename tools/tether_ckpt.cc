@@ -43,6 +43,7 @@
 #include "schema/flags.h"
 #include "schema/status.h"
 #include "server/checkpoint.h"
+#include "server/param_store.h"
 #include "server/initializer.h"
 #include "server/optimizer.h"
 #include "worker/client.h"
@@ -189,31 +190,6 @@ struct Model {
   std::map<std::string, SparseTable> tables;
 };
 
-std::string ShapeText(const std::vector<uint64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    s += (i > 0 ? ", " : "") + std::to_string(shape[i]);
-  }
-  return s + "]";
-}
-
-std::string InitText(const InitSpec& init) {
-  std::ostringstream s;
-  switch (init.kind) {
-    case InitSpec::Kind::kZeros:
-      return "zeros";
-    case InitSpec::Kind::kUniform:
-      s << "uniform(" << init.scale << ")";
-      break;
-    case InitSpec::Kind::kNormal:
-      s << "normal(" << init.scale << ")";
-      break;
-    case InitSpec::Kind::kConstant:
-      s << "constant(" << init.scale << ")";
-      break;
-  }
-  return s.str();
-}
 
 // Merges the slices into whole tensors and tables. Every inconsistency is
 // appended to `problems` (the tensor is then left partly assembled).
@@ -240,9 +216,9 @@ void Assemble(const ShardDirs& dirs, Model* m,
       } else if (d.def->shape != t.shape || d.def->init != t.init ||
                  d.def->id != t.id) {
         problems->push_back(where + ": tensor '" + t.name + "' is " +
-                            ShapeText(t.shape) + " " + InitText(t.init) +
-                            ", elsewhere " + ShapeText(d.def->shape) + " " +
-                            InitText(d.def->init));
+                            ShapeString(t.shape) + " " + InitString(t.init) +
+                            ", elsewhere " + ShapeString(d.def->shape) + " " +
+                            InitString(d.def->init));
         continue;
       }
       for (const TensorSnapshot::Block& b : t.blocks) {
@@ -422,8 +398,8 @@ int RunShow(const ShardDirs& dirs, const CkptOptions& o) {
   for (const auto& [name, d] : m->tensors) {
     Stats stats;
     stats.Add(d.values);
-    std::cout << "  " << name << "  " << ShapeText(d.def->shape) << "  "
-              << InitText(d.def->init) << "  blocks " << d.held << "/"
+    std::cout << "  " << name << "  " << ShapeString(d.def->shape) << "  "
+              << InitString(d.def->init) << "  blocks " << d.held << "/"
               << d.num_blocks << " held  " << stats.Text() << "\n";
   }
   if (!m->tables.empty()) std::cout << "tables:\n";
@@ -431,7 +407,7 @@ int RunShow(const ShardDirs& dirs, const CkptOptions& o) {
     Stats stats;
     stats.Add(t.values);
     std::cout << "  " << name << "  dim " << t.def->dim << "  "
-              << InitText(t.def->init) << "  rows " << t.keys.size() << "  "
+              << InitString(t.def->init) << "  rows " << t.keys.size() << "  "
               << stats.Text() << "\n";
   }
   std::cout << "workers:\n";
