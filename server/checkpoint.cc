@@ -885,9 +885,11 @@ Result<ShardSnapshot> CheckpointStore::ReadShard(int64_t round) const {
     std::memcpy(weights.data(), value.data() + 8, FloatBytes(len));
     if (kind == kBlockKind) {
       TensorSnapshot& t = snap.tensors[tensor_of[id]];
-      t.blocks.push_back(
-          {static_cast<uint32_t>(GetBigEndian(key.data() + 13, 4)), step,
-           std::move(weights), std::move(slots)});
+      TensorSnapshot::Block& b = t.blocks.emplace_back();
+      b.index = static_cast<uint32_t>(GetBigEndian(key.data() + 13, 4));
+      b.step = step;
+      b.weights = std::move(weights);
+      b.slots = std::move(slots);
     } else {
       TableSnapshot& t = snap.tables[table_of[id]];
       t.rows.push_back({GetBigEndian(key.data() + 13, 8), step,

@@ -90,7 +90,10 @@ ShardSnapshot SmallSnapshot(int64_t round) {
   t.id = NameId("w");
   t.name = "w";
   t.shape = {6};
-  t.blocks.push_back({1, 3, {float(round), 2.0f}, {}});
+  TensorSnapshot::Block& b = t.blocks.emplace_back();
+  b.index = 1;
+  b.step = 3;
+  b.weights = {float(round), 2.0f};
   s.tensors.push_back(t);
   return s;
 }
@@ -107,7 +110,10 @@ ShardSnapshot BigSnapshot(int64_t round, uint64_t floats) {
   for (uint32_t b = 0; uint64_t{b} * 65536 < floats; ++b) {
     const uint64_t len =
         std::min<uint64_t>(65536, floats - uint64_t{b} * 65536);
-    t.blocks.push_back({b, 1, std::vector<float>(len, 0.5f), {}});
+    TensorSnapshot::Block& block = t.blocks.emplace_back();
+    block.index = b;
+    block.step = 1;
+    block.weights.assign(len, 0.5f);
   }
   s.tensors.push_back(std::move(t));
   return s;

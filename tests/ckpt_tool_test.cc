@@ -96,7 +96,12 @@ TensorSnapshot::Block Block(uint32_t index, const std::vector<float>& all) {
   const size_t begin = size_t{index} * 4;
   std::vector<float> w(all.begin() + begin,
                        all.begin() + std::min(all.size(), begin + 4));
-  return {index, 3, w, std::vector<float>(w.size(), 0.01f)};
+  TensorSnapshot::Block b;
+  b.index = index;
+  b.step = 3;
+  b.slots.assign(w.size(), 0.01f);
+  b.weights = std::move(w);
+  return b;
 }
 
 TableSnapshot::Row Row(uint64_t key) {

@@ -375,7 +375,9 @@ TEST(HostPort, MalformedHostsRejected) {
   for (const char* text : {"[]:80", "[::1]x:80", "a:b:80", "[::1:80"}) {
     auto hp = ParseHostPort(text, "--listen");
     EXPECT_FALSE(hp.ok()) << text;
-    if (!hp.ok()) EXPECT_CONTAINS(hp.status().message(), "--listen");
+    if (!hp.ok()) {
+      EXPECT_CONTAINS(hp.status().message(), "--listen");
+    }
   }
 }
 
