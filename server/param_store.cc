@@ -13,7 +13,6 @@ namespace {
 // per table, and pages of the unused tail are never touched.
 constexpr size_t kChunkFloats = size_t{1} << 16;
 
-
 // Inits arrive from the network: an unknown kind or a NaN scale would
 // otherwise become weights that poison every later update.
 Status CheckInit(const std::string& what, const InitSpec& init) {

@@ -23,6 +23,7 @@
 
 #include "server/optimizer.h"
 #include "server/param_store.h"
+#include "tests/temp_dir.h"
 
 namespace tether {
 namespace {
@@ -33,20 +34,7 @@ bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// A fresh directory, removed with everything in it at the end.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = ::testing::TempDir() + "tether_ckpt_XXXXXX";
-    path_ = mkdtemp(pattern.data()) == nullptr ? "" : pattern;
-    EXPECT_FALSE(path_.empty()) << "mkdtemp: " << std::strerror(errno);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::tether::testing::TempDir;
 
 std::unique_ptr<CheckpointStore> OpenOrDie(const std::string& dir) {
   Result<std::unique_ptr<CheckpointStore>> store = CheckpointStore::Open(dir);

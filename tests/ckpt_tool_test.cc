@@ -19,6 +19,7 @@
 #include "server/checkpoint.h"
 #include "server/initializer.h"
 #include "server/param_store.h"
+#include "tests/temp_dir.h"
 #include "tools/process.h"
 
 #ifndef TETHER_CKPT_BIN
@@ -36,19 +37,7 @@ bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = ::testing::TempDir() + "tether_ckpt_tool_XXXXXX";
-    path_ = mkdtemp(pattern.data()) == nullptr ? "" : pattern;
-    EXPECT_FALSE(path_.empty()) << "mkdtemp: " << std::strerror(errno);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using ::tether::testing::TempDir;
 
 struct RunResult {
   int code = -1;

@@ -15,20 +15,6 @@
 #include <thread>
 
 namespace tether::testing {
-TempDir::TempDir() {
-  char pattern[] = "/tmp/tether-test-XXXXXX";
-  char* made = mkdtemp(pattern);
-  path_ = made ? made : "/tmp";
-}
-
-TempDir::~TempDir() {
-  if (::testing::Test::HasFailure()) {
-    std::cerr << "test files kept in " << path_ << "\n";
-    return;
-  }
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
-}
 
 Result<int> RunToExit(const std::vector<std::string>& argv, std::string* output,
                       int timeout_ms) {

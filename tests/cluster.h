@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "schema/status.h"
+#include "tests/temp_dir.h"
 #include "tools/process.h"
 
 namespace tether::testing {
@@ -20,18 +21,6 @@ namespace tether::testing {
 using tether::AddressFromLine;
 using tether::Process;
 using tether::Tail;
-
-// A fresh directory under /tmp, removed on destruction unless the test
-// failed (then kept for inspection and named in the output).
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 struct ClusterOptions {
   int shards = 1;

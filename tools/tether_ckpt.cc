@@ -43,9 +43,9 @@
 #include "schema/flags.h"
 #include "schema/status.h"
 #include "server/checkpoint.h"
-#include "server/param_store.h"
 #include "server/initializer.h"
 #include "server/optimizer.h"
+#include "server/param_store.h"
 #include "worker/client.h"
 
 namespace tether {
@@ -189,7 +189,6 @@ struct Model {
   std::map<std::string, DenseTensor> tensors;
   std::map<std::string, SparseTable> tables;
 };
-
 
 // Merges the slices into whole tensors and tables. Every inconsistency is
 // appended to `problems` (the tensor is then left partly assembled).

@@ -38,11 +38,11 @@ struct UpOptions {
   double lr = 0.001;
   uint64_t seed = 7;
   double target_accuracy = 0.85;
-  std::string log_dir;  // default: a new /tmp/tether-up-XXXXXX
+  std::string log_dir;   // default: a new /tmp/tether-up-XXXXXX
   std::string data_dir;  // shards' data dirs DIR/shardN; default: log_dir
   int64_t checkpoint_every = 0;
   std::string resume;  // latest or a round
-  int threads = 1;      // compute threads per worker
+  int threads = 1;     // compute threads per worker
 };
 
 std::atomic<bool> g_interrupted{false};

@@ -39,8 +39,8 @@ Result<DenseDataset> LoadIdx(const std::string& images_path,
 // Fashion-MNIST's training (60,000) or test (10,000) split from `dir`.
 // When the files are missing the error says to install the Debian package
 // dataset-fashion-mnist.
-Result<DenseDataset> LoadFashionMnist(bool train,
-                                      const std::string& dir = kFashionMnistDir);
+Result<DenseDataset> LoadFashionMnist(
+    bool train, const std::string& dir = kFashionMnistDir);
 
 // The indices of the rows worker `rank` of `workers` trains on in `epoch`:
 // a disjoint share (row i belongs to rank i % workers), in an order that

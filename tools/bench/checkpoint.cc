@@ -131,7 +131,8 @@ int Main(int argc, char** argv) {
       read_secs, *written / read_secs / 1e9, *sequential / 1e9,
       (*written / read_secs) / *sequential);
   std::printf(
-      "training pause (snapshot under the shard lock, copy-on-write): %.3f s = %.2f GB/s | "
+      "training pause (snapshot under the shard lock, copy-on-write): %.3f s = "
+      "%.2f GB/s | "
       "write: %.2f s | ratio %.3f\n",
       pause, *written / pause / 1e9, write_secs, pause / write_secs);
   std::filesystem::remove_all(dir, ec);
