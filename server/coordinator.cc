@@ -195,26 +195,10 @@ void Coordinator::ReleaseLocked() {
 }
 
 OutFrame Coordinator::MakeWelcome(int rank, int staleness) const {
-  flatbuffers::FlatBufferBuilder fbb(1024);
-  auto config = WriteRunConfig(fbb, settings_);
-  flatbuffers::Offset<wire::ShardMap> map;
-  if (MapComplete()) {
-    std::vector<flatbuffers::Offset<wire::ShardInfo>> shards;
-    shards.reserve(settings_.num_shards);
-    for (int i = 0; i < settings_.num_shards; ++i) {
-      shards.push_back(
-          wire::CreateShardInfo(fbb, i, fbb.CreateString(shard_addresses_[i])));
-    }
-    map = wire::CreateShardMap(fbb, fbb.CreateVector(shards));
-  }
-  wire::WelcomeBuilder b(fbb);
-  b.add_rank(rank);
-  if (rank >= 0) b.add_clock(worker_clock_(rank));
-  b.add_staleness(staleness);
-  b.add_shard_id(0);
-  b.add_config(config);
-  if (!map.IsNull()) b.add_shard_map(map);
-  return FinishFrame(fbb, b.Finish());
+  static const std::vector<std::string> kNoMap;
+  return MakeWelcomeFrame(settings_, 0, rank, staleness,
+                          rank >= 0 ? worker_clock_(rank) : 0,
+                          MapComplete() ? shard_addresses_ : kNoMap);
 }
 
 }  // namespace tether

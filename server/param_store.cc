@@ -424,18 +424,30 @@ Result<uint64_t> ParamStore::TensorSize(uint32_t tensor) const {
   return it->second->numel;
 }
 
+namespace {
+
+// The values of an id-keyed map of unique_ptrs, in id order.
+template <typename T>
+std::vector<const T*> SortedById(
+    const std::unordered_map<uint32_t, std::unique_ptr<T>>& by_id) {
+  std::vector<const T*> sorted;
+  sorted.reserve(by_id.size());
+  for (const auto& [id, item] : by_id) sorted.push_back(item.get());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const T* a, const T* b) { return a->id < b->id; });
+  return sorted;
+}
+
+}  // namespace
+
 void ParamStore::Snapshot(std::vector<TensorSnapshot>* tensors,
                           std::vector<TableSnapshot>* tables) const {
   // Sorted throughout, so that equal stores give equal snapshots whatever
   // the hash maps' order.
   tensors->clear();
   tables->clear();
-  std::vector<const Tensor*> sorted_tensors;
-  for (const auto& [id, t] : tensors_) sorted_tensors.push_back(t.get());
-  std::sort(sorted_tensors.begin(), sorted_tensors.end(),
-            [](const Tensor* a, const Tensor* b) { return a->id < b->id; });
-  tensors->reserve(sorted_tensors.size());
-  for (const Tensor* t : sorted_tensors) {
+  tensors->reserve(tensors_.size());
+  for (const Tensor* t : SortedById(tensors_)) {
     TensorSnapshot& out = tensors->emplace_back();
     out.id = t->id;
     out.name = t->name;
@@ -459,12 +471,8 @@ void ParamStore::Snapshot(std::vector<TensorSnapshot>* tensors,
     }
   }
 
-  std::vector<const Table*> sorted_tables;
-  for (const auto& [id, t] : tables_) sorted_tables.push_back(t.get());
-  std::sort(sorted_tables.begin(), sorted_tables.end(),
-            [](const Table* a, const Table* b) { return a->id < b->id; });
-  tables->reserve(sorted_tables.size());
-  for (const Table* t : sorted_tables) {
+  tables->reserve(tables_.size());
+  for (const Table* t : SortedById(tables_)) {
     TableSnapshot& out = tables->emplace_back();
     out.id = t->id;
     out.name = t->name;

@@ -55,6 +55,31 @@ Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
   return s;
 }
 
+OutFrame MakeWelcomeFrame(const RunSettings& settings, int shard_id, int rank,
+                          int staleness, int64_t clock,
+                          const std::vector<std::string>& shard_addresses) {
+  flatbuffers::FlatBufferBuilder fbb(1024);
+  auto config = WriteRunConfig(fbb, settings);
+  flatbuffers::Offset<wire::ShardMap> map;
+  if (!shard_addresses.empty()) {
+    std::vector<flatbuffers::Offset<wire::ShardInfo>> shards;
+    shards.reserve(shard_addresses.size());
+    for (size_t i = 0; i < shard_addresses.size(); ++i) {
+      shards.push_back(wire::CreateShardInfo(
+          fbb, static_cast<int>(i), fbb.CreateString(shard_addresses[i])));
+    }
+    map = wire::CreateShardMap(fbb, fbb.CreateVector(shards));
+  }
+  wire::WelcomeBuilder b(fbb);
+  b.add_rank(rank);
+  b.add_clock(clock);
+  b.add_staleness(staleness);
+  b.add_shard_id(shard_id);
+  b.add_config(config);
+  if (!map.IsNull()) b.add_shard_map(map);
+  return FinishFrame(fbb, b.Finish());
+}
+
 std::string SettingsMismatch(const RunSettings& a, const RunSettings& b) {
   auto differs = [](const char* flag, auto x, auto y) {
     std::ostringstream out;

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "schema/frame.h"
 #include "schema/status.h"
@@ -30,6 +32,13 @@ flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
     flatbuffers::FlatBufferBuilder& fbb, const RunSettings& settings);
 // kBadFrame when a field is missing or out of range.
 Result<RunSettings> ReadRunConfig(const wire::RunConfig* config);
+
+// A Welcome frame from shard `shard_id`: the run settings and, for a
+// worker, its rank, enforced bound and clock; the shard map when
+// `shard_addresses` (indexed by shard id) is given.
+OutFrame MakeWelcomeFrame(const RunSettings& settings, int shard_id, int rank,
+                          int staleness, int64_t clock,
+                          const std::vector<std::string>& shard_addresses = {});
 
 // "" when `a` (a round's settings) fits a run started with `b`, else what
 // differs, e.g. "--shards 3 in the round, 2 now".

@@ -122,15 +122,8 @@ void Session::OnHello(const wire::Hello& hello) {
 }
 
 OutFrame Session::MakeWelcome(int rank, int staleness) const {
-  flatbuffers::FlatBufferBuilder fbb(512);
-  auto config = WriteRunConfig(fbb, shard_->settings());
-  wire::WelcomeBuilder b(fbb);
-  b.add_rank(rank);
-  if (rank >= 0) b.add_clock(shard_->WorkerClock(rank));
-  b.add_staleness(staleness);
-  b.add_shard_id(shard_->shard_id());
-  b.add_config(config);
-  return FinishFrame(fbb, b.Finish());
+  return MakeWelcomeFrame(shard_->settings(), shard_->shard_id(), rank,
+                          staleness, rank >= 0 ? shard_->WorkerClock(rank) : 0);
 }
 
 void Session::OnClosed(const Status& why) {

@@ -116,11 +116,12 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
                    const std::shared_ptr<Connection>& conn) {
   std::vector<uint32_t> blocks = ToVector(m.blocks());
   std::vector<uint64_t> keys = ToVector(m.keys());
-  if (Status s = CheckReplySize(m.sparse(), m.tensor(), blocks, keys.size());
+  std::lock_guard lock(mu_);
+  if (Status s =
+          CheckReplySizeLocked(m.sparse(), m.tensor(), blocks, keys.size());
       !s.ok()) {
     return conn->Send(MakeErrorFrame(m.request_id(), s));
   }
-  std::lock_guard lock(mu_);
   ++pulls_;
   bool is_worker = peer.role == wire::Role::Worker;
   int64_t clock = is_worker ? clocks_.clock(peer.rank) : 0;
@@ -183,23 +184,21 @@ OutFrame Shard::BuildPullReply(uint64_t request_id, uint32_t tensor,
   return splicer.Finish(b.Finish());
 }
 
-Status Shard::CheckReplySize(bool sparse, uint32_t tensor,
-                             const std::vector<uint32_t>& blocks, size_t keys) {
+Status Shard::CheckReplySizeLocked(bool sparse, uint32_t tensor,
+                                   const std::vector<uint32_t>& blocks,
+                                   size_t keys) {
   uint64_t floats = 0;
-  {
-    std::lock_guard lock(mu_);
-    if (sparse) {
-      auto dim = store_.TableDim(tensor);
-      if (!dim.ok()) return dim.status();
-      floats = uint64_t{*dim} * keys;
-    } else {
-      auto size = store_.TensorSize(tensor);
-      if (!size.ok()) return size.status();
-      const uint64_t bs = settings_.block_size;
-      for (uint32_t b : blocks) {
-        uint64_t first = uint64_t{b} * bs;
-        if (first < *size) floats += std::min(bs, *size - first);
-      }
+  if (sparse) {
+    auto dim = store_.TableDim(tensor);
+    if (!dim.ok()) return dim.status();
+    floats = uint64_t{*dim} * keys;
+  } else {
+    auto size = store_.TensorSize(tensor);
+    if (!size.ok()) return size.status();
+    const uint64_t bs = settings_.block_size;
+    for (uint32_t b : blocks) {
+      uint64_t first = uint64_t{b} * bs;
+      if (first < *size) floats += std::min(bs, *size - first);
     }
   }
   // Per block or row: a table, an offset and a vector length.

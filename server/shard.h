@@ -94,8 +94,8 @@ class Shard {
   OutFrame BuildPullReply(uint64_t request_id, uint32_t tensor, bool sparse,
                           const std::vector<uint32_t>& blocks,
                           const std::vector<uint64_t>& keys);
-  Status CheckReplySize(bool sparse, uint32_t tensor,
-                        const std::vector<uint32_t>& blocks, size_t keys);
+  Status CheckReplySizeLocked(bool sparse, uint32_t tensor,
+                              const std::vector<uint32_t>& blocks, size_t keys);
   Status CheckDensePush(const wire::Push& m);
   Status CheckSparsePush(const wire::Push& m);
 

@@ -23,6 +23,7 @@
 
 #include "server/optimizer.h"
 #include "server/param_store.h"
+#include "tests/raw_checkpoint_db.h"
 #include "tests/temp_dir.h"
 
 namespace tether {
@@ -34,6 +35,7 @@ bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+using ::tether::testing::RawCheckpointDb;
 using ::tether::testing::TempDir;
 
 std::unique_ptr<CheckpointStore> OpenOrDie(const std::string& dir) {
@@ -155,35 +157,10 @@ std::string WriteUntilKilled(const std::string& dir,
 
 // Keys in the store's "weights" family for `round`, read with RocksDB
 // directly: what a crashed write left behind, which the store must hide.
-// Knows the layout documented in server/checkpoint.cc.
 int CountRawWeightKeys(const std::string& dir, int64_t round) {
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, {}},
-      {"meta", {}},
-      {"weights", {}},
-      {"slots", {}}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), dir,
-                                                   families, &handles, &db);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  if (!s.ok()) return -1;
-  std::string prefix;
-  for (int i = 7; i >= 0; --i) {
-    prefix.push_back(static_cast<char>((uint64_t(round) >> (8 * i)) & 0xff));
-  }
-  int count = 0;
-  std::unique_ptr<rocksdb::Iterator> it(
-      db->NewIterator(rocksdb::ReadOptions(), handles[2]));
-  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
-       it->Next()) {
-    ++count;
-  }
-  it.reset();
-  for (auto* h : handles)
-    db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
-  delete db;
-  return count;
+  RawCheckpointDb raw(dir, /*read_only=*/true);
+  EXPECT_TRUE(raw.status().ok()) << raw.status().ToString();
+  return raw.status().ok() ? raw.CountWeightKeys(round) : -1;
 }
 
 // --- ParamStore snapshots through RocksDB -----------------------------------
@@ -444,29 +421,9 @@ TEST(Checkpoint, CorruptValueNamesRoundAndKey) {
   }
   {
     // Truncate block 1's value behind the store's back.
-    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-        {rocksdb::kDefaultColumnFamilyName, {}},
-        {"meta", {}},
-        {"weights", {}},
-        {"slots", {}}};
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::DB* db = nullptr;
-    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), dir.path(), families,
-                                  &handles, &db)
-                    .ok());
-    std::string key(7, '\0');
-    key += '\x07';
-    key += 'b';
-    const uint32_t id = NameId("w");
-    for (int i = 3; i >= 0; --i)
-      key.push_back(static_cast<char>(id >> (8 * i)));
-    key += std::string("\0\0\0\x01", 4);
-    EXPECT_TRUE(db->Put(rocksdb::WriteOptions(), handles[2], key,
-                        std::string(8 + 4, '\0'))
-                    .ok());
-    for (auto* h : handles)
-      db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
-    delete db;
+    RawCheckpointDb raw(dir.path(), /*read_only=*/false);
+    ASSERT_TRUE(raw.status().ok()) << raw.status().ToString();
+    EXPECT_TRUE(raw.PutBlock(7, "w", 1, std::string(8 + 4, '\0')).ok());
   }
   std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
   Result<ShardSnapshot> read = store->ReadShard(7);

@@ -19,6 +19,7 @@
 #include "server/checkpoint.h"
 #include "server/initializer.h"
 #include "server/param_store.h"
+#include "tests/raw_checkpoint_db.h"
 #include "tests/temp_dir.h"
 #include "tools/process.h"
 
@@ -37,6 +38,7 @@ bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+using ::tether::testing::RawCheckpointDb;
 using ::tether::testing::TempDir;
 
 struct RunResult {
@@ -275,29 +277,9 @@ void ExpectModel(const std::map<std::string, Array>& arrays,
 // Replaces shard `dir`'s value for w's block 1 in `round` by 12 bytes: what
 // a damaged file would decode to. Knows the layout in server/checkpoint.cc.
 void CorruptBlock(const std::string& dir, int64_t round) {
-  std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, {}},
-      {"meta", {}},
-      {"weights", {}},
-      {"slots", {}}};
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;
-  rocksdb::DB* db = nullptr;
-  ASSERT_TRUE(
-      rocksdb::DB::Open(rocksdb::DBOptions(), dir, families, &handles, &db)
-          .ok());
-  std::string key;
-  for (int i = 7; i >= 0; --i) key.push_back(char(uint64_t(round) >> (8 * i)));
-  key += 'b';
-  const uint32_t id = NameId("w");
-  for (int i = 3; i >= 0; --i) key.push_back(char(id >> (8 * i)));
-  key += std::string("\0\0\0\x01", 4);
-  EXPECT_TRUE(
-      db->Put(rocksdb::WriteOptions(), handles[2], key, std::string(12, 'x'))
-          .ok());
-  for (auto* h : handles) {
-    db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
-  }
-  delete db;
+  RawCheckpointDb raw(dir, /*read_only=*/false);
+  ASSERT_TRUE(raw.status().ok()) << raw.status().ToString();
+  EXPECT_TRUE(raw.PutBlock(round, "w", 1, std::string(12, 'x')).ok());
 }
 
 TEST(CkptTool, ListShowVerifyExport) {

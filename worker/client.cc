@@ -158,7 +158,6 @@ struct Client::Impl {
               const std::vector<uint64_t>& shape, uint32_t dim, Init init,
               Callback done);
   uint64_t NextId() { return next_id++; }
-  int ShardOf(int shard) const { return shard; }
 
   const ClientOptions options;
   asio::io_context io;
