@@ -1,5 +1,7 @@
 #include "server/checkpointer.h"
 
+#include <chrono>
+
 #include "schema/log.h"
 
 namespace tether {
@@ -38,8 +40,12 @@ void Checkpointer::Loop() {
       busy_ = true;
     }
     TETHER_LOG(kInfo) << "writing checkpoint round " << snapshot.round;
+    const auto start = std::chrono::steady_clock::now();
     Result<uint64_t> written = store_->WriteShard(snapshot);
-    done_(snapshot.round, written);
+    done_(snapshot.round, written,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                        start)
+              .count());
     std::lock_guard lock(mu_);
     busy_ = false;
   }

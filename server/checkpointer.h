@@ -19,8 +19,9 @@ namespace tether {
 class Checkpointer {
  public:
   // Called on the writer thread after each write: the bytes written, or
-  // the error (a full disk, say).
-  using Done = std::function<void(int64_t round, const Result<uint64_t>&)>;
+  // the error (a full disk, say), and how long the write took.
+  using Done = std::function<void(int64_t round, const Result<uint64_t>&,
+                                  double seconds)>;
 
   // `store` must outlive the Checkpointer.
   Checkpointer(CheckpointStore* store, Done done);

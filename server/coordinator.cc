@@ -135,10 +135,19 @@ Result<int64_t> Coordinator::CheckpointNow() {
   return round;
 }
 
-void Coordinator::RoundWritten(int shard_id, int64_t round, uint64_t bytes,
-                               const std::string& error) {
+void Coordinator::OnShardRound(
+    std::function<void(const ShardRound&)> on_shard_round) {
+  std::lock_guard lock(mu_);
+  on_shard_round_ = std::move(on_shard_round);
+}
+
+void Coordinator::RoundWritten(const ShardRound& written) {
+  const int shard_id = written.shard_id;
+  const int64_t round = written.round;
+  const std::string& error = written.error;
   std::unique_lock lock(mu_);
   if (shard_id < 0 || shard_id >= settings_.num_shards) return;
+  if (on_shard_round_) on_shard_round_(written);
   if (!error.empty()) {
     TETHER_LOG(kError) << "checkpoint round " << round << " failed on shard "
                        << shard_id << ": " << error
@@ -149,7 +158,7 @@ void Coordinator::RoundWritten(int shard_id, int64_t round, uint64_t bytes,
   RoundProgress& progress = rounds_[round];
   progress.written.resize(settings_.num_shards, false);
   progress.written[shard_id] = true;
-  progress.bytes += bytes;
+  progress.bytes += written.bytes;
   for (bool w : progress.written) {
     if (!w) return;
   }

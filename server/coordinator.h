@@ -22,6 +22,15 @@
 
 namespace tether {
 
+// One shard's report on one checkpoint round.
+struct ShardRound {
+  int shard_id = 0;
+  int64_t round = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;  // the shard's write time
+  std::string error;   // empty: written
+};
+
 class Coordinator {
  public:
   // `own_address`: where shard 0 itself is reached by workers;
@@ -46,12 +55,13 @@ class Coordinator {
   // An observer's Hello; Welcome follows once the shard map is complete.
   void JoinObserver(const std::shared_ptr<Connection>& conn);
 
-  // Shard `shard_id` wrote its slice of `round` (`error` empty) or failed.
-  // Once every shard has written a round, `on_complete(round, bytes)` runs
-  // (to record it) and every shard is told, so it may prune older rounds.
-  void RoundWritten(int shard_id, int64_t round, uint64_t bytes,
-                    const std::string& error);
+  // A shard wrote its slice of a round (`error` empty) or failed. Once
+  // every shard has written a round, `on_complete(round, bytes)` runs (to
+  // record it) and every shard is told, so it may prune older rounds.
+  // `on_shard_round` sees every report first (for the dashboard).
+  void RoundWritten(const ShardRound& written);
   void OnRoundComplete(std::function<void(int64_t, uint64_t)> on_complete);
+  void OnShardRound(std::function<void(const ShardRound&)> on_shard_round);
 
   // A checkpoint round now: `take_local` writes shard 0's slice and names
   // the round, then every other shard is told to write the same round.
@@ -83,6 +93,7 @@ class Coordinator {
   };
   std::map<int64_t, RoundProgress> rounds_;  // rounds not yet complete
   std::function<void(int64_t, uint64_t)> on_round_complete_;
+  std::function<void(const ShardRound&)> on_shard_round_;
   std::function<Result<int64_t>()> take_round_;
   std::vector<const Connection*> worker_conns_;  // by rank; null when free
   std::vector<Waiting> waiting_;  // hello'd peers not yet welcomed

@@ -58,6 +58,22 @@ void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
   p.AddInt("connect-timeout-ms", &o.connect_timeout_ms,
            "how long a shard keeps trying to reach the coordinator");
   p.AddBool("verbose", &o.verbose, "log debug lines");
+  p.AddString("http", &o.dashboard.http.listen,
+              "HOST:PORT of the live dashboard (shard 0; port 0: any free "
+              "port; off: no dashboard)");
+  p.AddInt("http-max-clients", &o.dashboard.http.max_clients,
+           "dashboard connections at once; more are answered 503");
+  p.AddInt("http-timeout-ms", &o.dashboard.http.timeout_ms,
+           "time to read one dashboard request or write one answer; a "
+           "WebSocket client silent this long is dropped");
+  p.AddUint64("http-header-limit", &o.dashboard.http.header_limit,
+              "bytes of a dashboard request's headers (more: 431)");
+  p.AddUint64("http-body-limit", &o.dashboard.http.body_limit,
+              "bytes of a dashboard request's body (more: 413)");
+  p.AddInt("ws-queue", &o.dashboard.http.ws_queue,
+           "updates waiting for a WebSocket client before it is dropped");
+  p.AddInt("dashboard-interval-ms", &o.dashboard.interval_ms,
+           "between dashboard updates");
 }
 
 Status Check(const ServerOptions& o, const FlagParser& p) {
@@ -129,6 +145,28 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
   if (o.max_frame_bytes < 1024 || o.max_frame_bytes > (uint64_t{1} << 31)) {
     return InvalidArgument("--max-frame-bytes: must be in 1024..2^31");
   }
+  if (o.dashboard.http.listen != "off") {
+    if (auto hp = ParseHostPort(o.dashboard.http.listen, "--http", true);
+        !hp.ok()) {
+      return InvalidArgument(hp.status().message() + " (or off)");
+    }
+  }
+  if (o.dashboard.http.max_clients < 1) {
+    return InvalidArgument("--http-max-clients: must be >= 1");
+  }
+  if (o.dashboard.http.timeout_ms < 100) {
+    return InvalidArgument("--http-timeout-ms: must be >= 100");
+  }
+  if (o.dashboard.http.header_limit < 256 ||
+      o.dashboard.http.header_limit > (1u << 20)) {
+    return InvalidArgument("--http-header-limit: must be in 256..1048576");
+  }
+  if (o.dashboard.http.ws_queue < 1) {
+    return InvalidArgument("--ws-queue: must be >= 1");
+  }
+  if (o.dashboard.interval_ms < 10 || o.dashboard.interval_ms > 60000) {
+    return InvalidArgument("--dashboard-interval-ms: must be in 10..60000");
+  }
   if (o.connect_timeout_ms < 0) {
     return InvalidArgument("--connect-timeout-ms: must be >= 0");
   }
@@ -162,6 +200,7 @@ Result<ServerOptions> ParseServerOptions(int argc, const char* const* argv,
   if (!kind.ok()) return kind.status();
   o.optimizer.kind = *kind;
   TETHER_RETURN_IF_ERROR(Check(o, p));
+  o.http_enabled = o.dashboard.http.listen != "off";
   return o;
 }
 

@@ -7,6 +7,7 @@
 
 #include "schema/flags.h"
 #include "schema/status.h"
+#include "server/http_options.h"
 #include "server/optimizer.h"
 
 namespace tether {
@@ -31,6 +32,11 @@ struct ServerOptions {
   uint64_t max_frame_bytes = uint64_t{64} << 20;  // --max-frame-bytes
   int connect_timeout_ms = 10000;                 // --connect-timeout-ms
   bool verbose = false;                           // --verbose: debug logging
+  // Shard 0's dashboard: --http (off: none), --http-max-clients,
+  // --http-timeout-ms, --http-header-limit, --http-body-limit, --ws-queue,
+  // --dashboard-interval-ms.
+  bool http_enabled = true;
+  DashboardOptions dashboard;
 };
 
 // The usage text (every flag, its meaning and default).

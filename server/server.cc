@@ -90,11 +90,40 @@ Status Server::Start() {
     TETHER_RETURN_IF_ERROR(RegisterWithCoordinator());
   }
   TETHER_RETURN_IF_ERROR(SetUpCheckpoints());
+  if (coordinator_) {
+    TETHER_RETURN_IF_ERROR(StartDashboard());
+  } else {
+    stats_timer_ = std::make_unique<asio::steady_timer>(asio::make_strand(io_));
+    SendStats();
+  }
   TETHER_LOG(kInfo) << "shard " << options_.shard_id << " of "
                     << shard_->settings().num_shards << " listening on "
                     << address_;
+  if (dashboard_) {
+    TETHER_LOG(kInfo) << "dashboard at " << dashboard_->url();
+  }
   DoAccept();
   return Status::Ok();
+}
+
+Status Server::StartDashboard() {
+  if (!options_.http_enabled) return Status::Ok();
+  dashboard_ = std::make_unique<Dashboard>(io_, options_.dashboard,
+                                           shard_.get(), coordinator_.get());
+  Monitor* monitor = &dashboard_->monitor();
+  coordinator_->OnShardRound(
+      [monitor](const ShardRound& written) { monitor->OnShardRound(written); });
+  return dashboard_->Start();
+}
+
+void Server::SendStats() {
+  if (stopping_) return;
+  coordinator_link_->Send(MakeStatsFrame(0, shard_->Stats()));
+  stats_timer_->expires_after(
+      std::chrono::milliseconds(options_.dashboard.interval_ms));
+  stats_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) SendStats();
+  });
 }
 
 Status Server::RegisterWithCoordinator() {
@@ -118,7 +147,7 @@ Status Server::RegisterWithCoordinator() {
           } else if (const auto* take = m.body_as_TakeRound()) {
             auto round = shard_->CheckpointNow(take->round());
             if (!round.ok()) {
-              OnRoundWritten(take->round(), round.status());
+              OnRoundWritten(take->round(), round.status(), 0);
             }
           }
           return;
@@ -237,15 +266,17 @@ Status Server::SetUpCheckpoints() {
   }
   {  // periodic rounds when checkpoint_every > 0, and rounds on demand
     checkpointer_ = std::make_unique<Checkpointer>(
-        store_.get(), [this](int64_t round, const Result<uint64_t>& written) {
-          OnRoundWritten(round, written);
+        store_.get(), [this](int64_t round, const Result<uint64_t>& written,
+                             double seconds) {
+          OnRoundWritten(round, written, seconds);
         });
     shard_->EnableCheckpoints(checkpointer_.get());
   }
   return Status::Ok();
 }
 
-void Server::OnRoundWritten(int64_t round, const Result<uint64_t>& written) {
+void Server::OnRoundWritten(int64_t round, const Result<uint64_t>& written,
+                            double seconds) {
   const std::string error = written.ok() ? "" : written.status().message();
   const uint64_t bytes = written.ok() ? *written : 0;
   if (!written.ok()) {
@@ -253,14 +284,15 @@ void Server::OnRoundWritten(int64_t round, const Result<uint64_t>& written) {
                        << " not written: " << error;
   }
   if (coordinator_) {
-    coordinator_->RoundWritten(options_.shard_id, round, bytes, error);
+    coordinator_->RoundWritten({options_.shard_id, round, bytes, seconds, error});
     return;
   }
   flatbuffers::FlatBufferBuilder fbb(256);
   auto text = fbb.CreateString(error);
   coordinator_link_->Send(FinishFrame(
       fbb,
-      wire::CreateRoundWritten(fbb, round, options_.shard_id, bytes, text)));
+      wire::CreateRoundWritten(fbb, round, options_.shard_id, bytes, text,
+                               seconds)));
 }
 
 void Server::RecordRound(int64_t round, uint64_t bytes) {
@@ -281,6 +313,7 @@ void Server::RecordRound(int64_t round, uint64_t bytes) {
   TETHER_LOG(kInfo) << "checkpoint round " << round << " complete (" << bytes
                     << " bytes on " << shard_->settings().num_shards
                     << " shards)";
+  if (dashboard_) dashboard_->monitor().OnRoundComplete(round, bytes);
   PruneRounds(round);
 }
 
@@ -307,9 +340,9 @@ void Server::OnAccept(const boost::system::error_code& ec, tcp::socket socket) {
     // one connection only.
     TETHER_LOG(kWarning) << "accept failed: " << ec.message();
   } else {
-    auto session =
-        std::make_shared<Session>(std::move(socket), connection_options_,
-                                  shard_.get(), coordinator_.get());
+    auto session = std::make_shared<Session>(
+        std::move(socket), connection_options_, shard_.get(),
+        coordinator_.get(), dashboard_ ? &dashboard_->monitor() : nullptr);
     {
       std::lock_guard lock(sessions_mu_);
       std::erase_if(sessions_, [](auto& w) { return w.expired(); });
@@ -334,6 +367,11 @@ void Server::Stop() {
     acceptor_.close(ignored);
     signals_.cancel(ignored);
     if (coordinator_link_) coordinator_link_->Close();
+    if (stats_timer_) {
+      asio::post(stats_timer_->get_executor(),
+                 [this] { stats_timer_->cancel(); });
+    }
+    if (dashboard_) dashboard_->Stop();
     std::vector<std::shared_ptr<Session>> sessions;
     {
       std::lock_guard lock(sessions_mu_);

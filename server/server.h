@@ -22,6 +22,7 @@
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/coordinator.h"
+#include "server/dashboard.h"
 #include "server/options.h"
 #include "server/session.h"
 #include "server/shard.h"
@@ -51,9 +52,12 @@ class Server {
   Status SetUpCheckpoints();
   Status OpenStore();  // creates --data-dir as needed
   Result<int64_t> PickResumeRound();
-  void OnRoundWritten(int64_t round, const Result<uint64_t>& written);
+  void OnRoundWritten(int64_t round, const Result<uint64_t>& written,
+                      double seconds);
   void RecordRound(int64_t round, uint64_t bytes);  // shard 0
   void PruneRounds(int64_t newest_complete);
+  Status StartDashboard();  // shard 0, unless --http off
+  void SendStats();         // shards > 0: figures to the coordinator
   void DoAccept();
   void OnAccept(const boost::system::error_code& ec, tcp::socket socket);
 
@@ -70,6 +74,8 @@ class Server {
   std::unique_ptr<Shard> shard_;
   std::unique_ptr<Coordinator> coordinator_;      // shard 0 only
   std::shared_ptr<Connection> coordinator_link_;  // shards > 0
+  std::unique_ptr<Dashboard> dashboard_;          // shard 0 with --http
+  std::unique_ptr<asio::steady_timer> stats_timer_;  // shards > 0
 
   std::mutex sessions_mu_;
   std::vector<std::weak_ptr<Session>> sessions_;  // guarded by sessions_mu_

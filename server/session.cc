@@ -5,9 +5,10 @@
 namespace tether {
 
 Session::Session(tcp::socket socket, const ConnectionOptions& options,
-                 Shard* shard, Coordinator* coordinator)
+                 Shard* shard, Coordinator* coordinator, Monitor* monitor)
     : shard_(shard),
       coordinator_(coordinator),
+      monitor_(monitor),
       conn_(std::make_shared<Connection>(std::move(socket), options)) {}
 
 void Session::Start() {
@@ -56,8 +57,20 @@ void Session::OnFrame(Frame frame) {
       return conn_->Send(MakeErrorFrame(
           0, ProtocolError("only shards report checkpoint rounds")));
     }
-    return coordinator_->RoundWritten(peer_.rank, w->round(), w->bytes(),
-                                      w->error() ? w->error()->str() : "");
+    return coordinator_->RoundWritten(
+        {peer_.rank, w->round(), w->bytes(), w->seconds(),
+         w->error() ? w->error()->str() : ""});
+  }
+  if (const wire::Stats* stats = message.body_as_Stats()) {
+    // Another shard's figures, for the dashboard; nothing to answer.
+    if (peer_.role != wire::Role::Shard || coordinator_ == nullptr) {
+      return conn_->Send(MakeErrorFrame(
+          0, ProtocolError("only shards send Stats to the coordinator")));
+    }
+    if (monitor_ == nullptr) return;
+    ShardStats figures = ReadStats(*stats);
+    figures.shard_id = peer_.rank;
+    return monitor_->OnShardStats(figures);
   }
   shard_->Handle(peer_, message, conn_);
 }

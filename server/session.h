@@ -10,16 +10,17 @@
 
 #include "schema/connection.h"
 #include "server/coordinator.h"
+#include "server/monitor.h"
 #include "server/shard.h"
 
 namespace tether {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  // `shard` must outlive the session; `coordinator` is null except on
-  // shard 0.
+  // `shard` must outlive the session; `coordinator` and `monitor` (which
+  // takes the figures other shards send) are null except on shard 0.
   Session(tcp::socket socket, const ConnectionOptions& options, Shard* shard,
-          Coordinator* coordinator);
+          Coordinator* coordinator, Monitor* monitor);
 
   void Start();
   void Close();
@@ -34,6 +35,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Constant after construction.
   Shard* const shard_;
   Coordinator* const coordinator_;
+  Monitor* const monitor_;
   const std::shared_ptr<Connection> conn_;
 
   // Touched on the connection's strand only.

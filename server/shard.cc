@@ -77,7 +77,7 @@ void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
       return OnReport(peer, *message.body_as_WorkerReport(), *conn);
     case wire::Body::StatsRequest:
       return conn->Send(
-          MakeStats(message.body_as_StatsRequest()->request_id()));
+          MakeStatsFrame(message.body_as_StatsRequest()->request_id(), Stats()));
     default:
       return conn->Send(MakeErrorFrame(
           0, ProtocolError(std::string("unexpected message ") +
@@ -291,6 +291,7 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   }
   ++pushes_;
   ++staleness_histogram_[std::min<int64_t>(staleness, kStalenessBuckets - 1)];
+  staleness_sum_ += staleness;
   lock.unlock();
   if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
   flatbuffers::FlatBufferBuilder fbb(64);
@@ -477,7 +478,8 @@ void Shard::OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
   }
   {
     std::lock_guard lock(mu_);
-    Report& r = reports_[peer.rank];
+    ++reports_received_;
+    ShardStats::Worker& r = reports_[peer.rank];
     r.epoch = m.epoch();
     r.samples = m.samples();
     r.loss = m.loss();
@@ -488,6 +490,8 @@ void Shard::OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
     }
     if (m.device()) r.device = m.device()->str();
     if (m.host()) r.host = m.host()->str();
+    r.wait_fraction = m.wait_fraction();
+    r.done = m.done();
   }
   flatbuffers::FlatBufferBuilder fbb(64);
   conn.Send(FinishFrame(fbb, wire::CreateAck(fbb, m.request_id())));
@@ -499,52 +503,36 @@ void Shard::CountTraffic(uint64_t bytes_in, uint64_t bytes_out) {
   bytes_out_ += bytes_out;
 }
 
-OutFrame Shard::MakeStats(uint64_t request_id) {
+ShardStats Shard::Stats() {
   std::lock_guard lock(mu_);
-  flatbuffers::FlatBufferBuilder fbb(1024);
-  std::vector<flatbuffers::Offset<wire::WorkerStat>> workers;
-  workers.reserve(clocks_.num_workers());
-  for (int r = 0; r < clocks_.num_workers(); ++r) {
-    const Report& report = reports_[r];
-    auto device = fbb.CreateString(report.device);
-    auto host = fbb.CreateString(report.host);
-    wire::WorkerStatBuilder w(fbb);
-    w.add_rank(r);
-    w.add_clock(clocks_.clock(r));
-    w.add_staleness(staleness_bound_[r]);
-    w.add_connected(connected_[r]);
-    w.add_live(clocks_.live(r));
-    w.add_epoch(report.epoch);
-    w.add_samples(report.samples);
-    w.add_loss(report.loss);
-    w.add_samples_per_s(report.samples_per_s);
-    w.add_test_accuracy(report.test_accuracy);
-    w.add_test_loss(report.test_loss);
-    w.add_device(device);
-    w.add_host(host);
-    workers.push_back(w.Finish());
-  }
-  auto workers_offset = fbb.CreateVector(workers);
-  auto histogram = fbb.CreateVector(staleness_histogram_.data(),
-                                    staleness_histogram_.size());
+  ShardStats stats;
   ParamStore::Counts counts = store_.counts();
-  wire::StatsBuilder b(fbb);
-  b.add_request_id(request_id);
-  b.add_shard_id(shard_id_);
-  b.add_tensors(counts.tensors);
-  b.add_dense_blocks(counts.dense_blocks);
-  b.add_sparse_rows(counts.sparse_rows);
-  b.add_bytes(counts.bytes);
-  b.add_pushes(pushes_);
-  b.add_pulls(pulls_);
-  b.add_rejected_pushes(rejected_pushes_);
-  b.add_waiting_pulls(clocks_.waiting());
-  b.add_bytes_in(bytes_in_);
-  b.add_bytes_out(bytes_out_);
-  b.add_min_clock(clocks_.min_clock());
-  b.add_workers(workers_offset);
-  b.add_staleness_histogram(histogram);
-  return FinishFrame(fbb, b.Finish());
+  stats.shard_id = shard_id_;
+  stats.tensors = counts.tensors;
+  stats.dense_blocks = counts.dense_blocks;
+  stats.sparse_rows = counts.sparse_rows;
+  stats.bytes = counts.bytes;
+  stats.pushes = pushes_;
+  stats.pulls = pulls_;
+  stats.rejected_pushes = rejected_pushes_;
+  stats.waiting_pulls = clocks_.waiting();
+  stats.bytes_in = bytes_in_;
+  stats.bytes_out = bytes_out_;
+  stats.min_clock = clocks_.min_clock();
+  stats.staleness_histogram.assign(staleness_histogram_.begin(),
+                                   staleness_histogram_.end());
+  stats.staleness_sum = staleness_sum_;
+  stats.reports = reports_received_;
+  stats.workers = reports_;
+  for (int r = 0; r < clocks_.num_workers(); ++r) {
+    ShardStats::Worker& w = stats.workers[r];
+    w.rank = r;
+    w.clock = clocks_.clock(r);
+    w.staleness = staleness_bound_[r];
+    w.connected = connected_[r];
+    w.live = clocks_.live(r);
+  }
+  return stats;
 }
 
 }  // namespace tether

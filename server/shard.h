@@ -16,6 +16,7 @@
 
 #include "schema/connection.h"
 #include "schema/frame.h"
+#include "schema/stats.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/clock_table.h"
@@ -59,8 +60,8 @@ class Shard {
   // The clock of worker `rank` on this shard.
   int64_t WorkerClock(int rank);
 
-  // A Stats frame describing this shard now.
-  OutFrame MakeStats(uint64_t request_id);
+  // This shard's figures now.
+  ShardStats Stats();
 
   // Has `checkpointer` write a round whenever the minimum clock reaches a
   // multiple of settings().checkpoint_every. Call before serving.
@@ -134,18 +135,10 @@ class Shard {
   int64_t next_round_clock_ = 0;
   std::map<int64_t, std::vector<StagedPush>> staged_;
   // The latest WorkerReport of each worker (shard 0 receives them).
-  struct Report {
-    int epoch = 0;
-    uint64_t samples = 0;
-    float loss = -1;
-    float samples_per_s = 0;
-    float test_accuracy = -1;
-    float test_loss = -1;
-    std::string device;
-    std::string host;
-  };
-  std::vector<Report> reports_;
+  std::vector<ShardStats::Worker> reports_;
+  uint64_t reports_received_ = 0;
   std::array<uint64_t, kStalenessBuckets> staleness_histogram_{};
+  uint64_t staleness_sum_ = 0;
   uint64_t pushes_ = 0;
   uint64_t pulls_ = 0;
   uint64_t rejected_pushes_ = 0;

@@ -41,6 +41,8 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
                                      std::to_string(o.shards),
                                      "--listen",
                                      "127.0.0.1:0",
+                                     "--http",
+                                     "127.0.0.1:0",
                                      "--data-dir",
                                      dir + "/shard" + std::to_string(id)};
     if (id == 0) {
@@ -75,7 +77,13 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
     if (!line.ok()) {
       return line.status().WithContext("shard " + std::to_string(id));
     }
-    if (id == 0) c->coordinator_ = AddressFromLine(*line);
+    if (id == 0) {
+      c->coordinator_ = AddressFromLine(*line);
+      auto url = c->shards_.back()->WaitForLine("dashboard at http://", 5000);
+      if (!url.ok()) return url.status().WithContext("shard 0's dashboard");
+      std::string address = url->substr(url->find("http://") + 7);
+      c->dashboard_ = address.substr(0, address.find('/'));
+    }
   }
   if (o.shards > 1) {
     // The coordinator logs each registration; wait for the last one.
@@ -86,6 +94,22 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
     }
   }
   return c;
+}
+
+std::vector<std::unique_ptr<Process>> StartWorkers(
+    const std::string& coordinator, int n, const std::string& dir,
+    const std::vector<std::string>& flags) {
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> argv = {TETHER_WORKER_BIN, "--coordinator",
+                                     coordinator,       "--rank",
+                                     std::to_string(r), "--quiet"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    auto p = Process::Start(argv, dir + "/worker" + std::to_string(r) + ".log");
+    EXPECT_TRUE(p.ok());
+    if (p.ok()) workers.push_back(std::move(*p));
+  }
+  return workers;
 }
 
 Cluster::~Cluster() {

@@ -42,6 +42,8 @@ class Cluster {
   ~Cluster();
 
   const std::string& coordinator() const { return coordinator_; }
+  // HOST:PORT of shard 0's dashboard.
+  const std::string& dashboard() const { return dashboard_; }
   Process& shard(int i) { return *shards_[i]; }
   int num_shards() const { return static_cast<int>(shards_.size()); }
   // Prints the tail of every shard's log to stderr.
@@ -51,7 +53,14 @@ class Cluster {
   Cluster() = default;
   std::vector<std::unique_ptr<Process>> shards_;
   std::string coordinator_;
+  std::string dashboard_;
 };
+
+// Starts `n` tether-worker processes with ranks 0..n-1, logging to
+// DIR/workerR.log, with `flags` added.
+std::vector<std::unique_ptr<Process>> StartWorkers(
+    const std::string& coordinator, int n, const std::string& dir,
+    const std::vector<std::string>& flags);
 
 // Runs `argv` to completion (at most `timeout_ms`); returns its exit code
 // and fills `output` with what it printed.

@@ -136,6 +136,8 @@ TEST(Resume, MismatchedRunOrMissingRoundRefusedAndNothingOverwritten) {
                                      "2",
                                      "--listen",
                                      "127.0.0.1:0",
+                                     "--http",
+                                     "127.0.0.1:0",
                                      "--workers",
                                      "2",
                                      "--optimizer",

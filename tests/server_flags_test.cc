@@ -33,7 +33,8 @@ constexpr int kExitTimeoutMs = 5000;
 
 // Runs tether-server with `flags`; returns its exit code, fills `output`.
 int RunServer(const std::vector<std::string>& flags, std::string* output) {
-  std::vector<std::string> argv = {TETHER_SERVER_BIN};
+  // Never the default dashboard port: tests run side by side.
+  std::vector<std::string> argv = {TETHER_SERVER_BIN, "--http", "127.0.0.1:0"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   auto code = RunToExit(argv, output, kExitTimeoutMs);
   EXPECT_TRUE(code.ok()) << code.status().ToString() << "\n" << *output;
@@ -49,7 +50,7 @@ struct RunningShard {
 RunningShard StartCoordinator(const TempDir& dir,
                               std::vector<std::string> extra = {}) {
   std::vector<std::string> argv = {TETHER_SERVER_BIN, "--listen",
-                                   "127.0.0.1:0"};
+                                   "127.0.0.1:0", "--http", "127.0.0.1:0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto process = Process::Start(argv, dir.path() + "/shard0.log");
   EXPECT_TRUE(process.ok()) << process.status().ToString();

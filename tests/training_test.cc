@@ -14,22 +14,6 @@
 namespace tether::testing {
 namespace {
 
-std::vector<std::unique_ptr<Process>> StartWorkers(
-    const std::string& coordinator, int n, const std::string& dir,
-    const std::vector<std::string>& flags) {
-  std::vector<std::unique_ptr<Process>> workers;
-  for (int r = 0; r < n; ++r) {
-    std::vector<std::string> argv = {TETHER_WORKER_BIN, "--coordinator",
-                                     coordinator,       "--rank",
-                                     std::to_string(r), "--quiet"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    auto p = Process::Start(argv, dir + "/worker" + std::to_string(r) + ".log");
-    EXPECT_TRUE(p.ok());
-    if (p.ok()) workers.push_back(std::move(*p));
-  }
-  return workers;
-}
-
 void ExpectAllSucceed(std::vector<std::unique_ptr<Process>>& workers) {
   for (size_t r = 0; r < workers.size(); ++r) {
     auto code = workers[r]->Wait(240000);
@@ -43,7 +27,7 @@ TEST(Training, LauncherRunReachesStatedAccuracyOnFashionMnist) {
   TempDir dir;
   std::string output;
   auto code =
-      RunToExit({TETHER_UP_BIN, "--shards", "2", "--workers", "3", "--slow",
+      RunToExit({TETHER_UP_BIN, "--http", "127.0.0.1:0", "--shards", "2", "--workers", "3", "--slow",
                  "1", "--slowdown", "3", "--staleness", "2", "--epochs", "2",
                  "--target-accuracy", "0.82", "--log-dir", dir.path()},
                 &output, 240000);

@@ -43,6 +43,8 @@ struct UpOptions {
   int64_t checkpoint_every = 0;
   std::string resume;  // latest or a round
   int threads = 1;     // compute threads per worker
+  std::string http = "127.0.0.1:8080";  // shard 0's dashboard; off: none
+  bool linger = false;  // keep the shards and dashboard up after training
 };
 
 std::atomic<bool> g_interrupted{false};
@@ -72,12 +74,14 @@ class Launcher {
   void Poll(bool print, bool tty);
   Status Evaluate(double* accuracy);
   void StopAll();
+  void PrintResult(double accuracy, double secs);
   Status Failed(const Process& p, const std::string& name,
                 const std::string& what);
 
   const UpOptions o_;
   const std::string bin_;
   std::string coordinator_;
+  std::string dashboard_;  // its URL, when served
   std::vector<std::unique_ptr<Process>> shards_;
   std::vector<std::unique_ptr<Process>> workers_;
   std::unique_ptr<Client> observer_;
@@ -105,7 +109,7 @@ Status Launcher::StartShards() {
         o_.data_dir + "/shard" + std::to_string(id)};
     if (id == 0) {
       for (const std::string& a :
-           {std::string("--workers"), std::to_string(o_.workers),
+           {std::string("--http"), o_.http, std::string("--workers"), std::to_string(o_.workers),
             std::string("--max-staleness"), std::to_string(o_.staleness),
             std::string("--optimizer"), o_.optimizer, std::string("--lr"),
             std::to_string(o_.lr), std::string("--seed"),
@@ -129,6 +133,11 @@ Status Launcher::StartShards() {
     auto line = shards_.back()->WaitForLine("listening on", 15000);
     if (!line.ok()) return Failed(*shards_.back(), name, "did not start");
     if (id == 0) coordinator_ = AddressFromLine(*line);
+    if (id == 0 && o_.http != "off") {
+      auto url = shards_.back()->WaitForLine("dashboard at ", 5000);
+      if (!url.ok()) return Failed(*shards_.back(), name, "served no dashboard");
+      dashboard_ = url->substr(url->find("dashboard at ") + 13);
+    }
   }
   return Status::Ok();
 }
@@ -284,10 +293,11 @@ int Launcher::Run() {
   Status s = StartShards();
   if (s.ok()) {
     std::printf("coordinator: %s\n", coordinator_.c_str());
-    std::printf(
-        "dashboard:   not served yet (it comes with the dashboard work); "
-        "counters: %s/tether-client stats --coordinator %s\n",
-        bin_.c_str(), coordinator_.c_str());
+    if (!dashboard_.empty()) {
+      std::printf("dashboard:   %s\n", dashboard_.c_str());
+    } else {
+      std::printf("dashboard:   off (--http off)\n");
+    }
     std::fflush(stdout);
     s = StartWorkers();
   }
@@ -295,18 +305,30 @@ int Launcher::Run() {
   double accuracy = -1;
   if (s.ok()) s = Evaluate(&accuracy);
   double secs = std::chrono::duration<double>(Clock::now() - start_).count();
-  StopAll();
+  if (!s.ok() || !o_.linger) StopAll();
   if (!s.ok()) {
     std::fprintf(stderr, "\ntether-up: %s\n", s.message().c_str());
     std::fprintf(stderr, "tether-up: stopped every process; logs in %s\n",
                  o_.log_dir.c_str());
     return g_interrupted ? 130 : 1;
   }
-  if (accuracy < 0) {
-    std::printf("tether-up: done in %.1f s\n", secs);
-    return 0;
+  const bool reached = accuracy < 0 || accuracy >= o_.target_accuracy;
+  if (accuracy < 0) std::printf("tether-up: done in %.1f s\n", secs);
+  if (accuracy >= 0) PrintResult(accuracy, secs);
+  if (o_.linger && !g_interrupted) {
+    std::printf("tether-up: training done; the shards%s stay up until Ctrl-C\n",
+                dashboard_.empty() ? "" : (" and the dashboard at " + dashboard_).c_str());
+    std::fflush(stdout);
+    while (!g_interrupted) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    StopAll();
   }
-  bool reached = accuracy >= o_.target_accuracy;
+  return reached ? 0 : 1;
+}
+
+void Launcher::PrintResult(double accuracy, double secs) {
+  const bool reached = accuracy >= o_.target_accuracy;
   std::printf(
       "tether-up: test accuracy %.2f%% after %.1f s: %s the %.0f%% "
       "target\n",
@@ -316,7 +338,7 @@ int Launcher::Run() {
     std::printf("tether-up: rank 0 first measured %.0f%% at %.1f s\n",
                 100 * o_.target_accuracy, target_reached_s_);
   }
-  return reached ? 0 : 1;
+  std::fflush(stdout);
 }
 
 int Main(int argc, char** argv) {
@@ -349,6 +371,12 @@ int Main(int argc, char** argv) {
   p.AddString("resume", &o.resume,
               "resume from a complete round in --data-dir: latest or a "
               "round number");
+  p.AddString("http", &o.http,
+              "HOST:PORT of the live dashboard (shard 0; port 0: any free "
+              "port; off: none)");
+  p.AddBool("linger", &o.linger,
+            "after training, keep the shards and the dashboard up until "
+            "Ctrl-C");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   if (o.shards < 1 || o.workers < 1 || o.slow < 0 || o.slow > o.workers ||
       o.slowdown < 1) {

@@ -65,24 +65,6 @@ uint64_t RequestIdOf(const wire::Message& m) {
   }
 }
 
-ShardStats::Worker ReadWorkerStat(const wire::WorkerStat& w) {
-  ShardStats::Worker worker;
-  worker.rank = w.rank();
-  worker.clock = w.clock();
-  worker.staleness = w.staleness();
-  worker.connected = w.connected();
-  worker.live = w.live();
-  worker.epoch = w.epoch();
-  worker.samples = w.samples();
-  worker.loss = w.loss();
-  worker.samples_per_s = w.samples_per_s();
-  worker.test_accuracy = w.test_accuracy();
-  worker.test_loss = w.test_loss();
-  if (w.device()) worker.device = w.device()->str();
-  if (w.host()) worker.host = w.host()->str();
-  return worker;
-}
-
 wire::InitKind ToWire(InitKind kind) {
   switch (kind) {
     case InitKind::kZeros:
@@ -766,6 +748,8 @@ void Client::ReportAsync(const Progress& p, Callback done) {
   b.add_test_loss(p.test_loss);
   b.add_device(device);
   b.add_host(host);
+  b.add_wait_fraction(p.wait_fraction);
+  b.add_done(p.done);
   c.Send(*c.links[0], request, FinishFrame(fbb, b.Finish()),
          [done = std::move(done)](const wire::Message* m, const Status& e) {
            if (m == nullptr) return done(e);
@@ -819,29 +803,7 @@ Result<std::vector<ShardStats>> Client::Stats() {
                if (r == nullptr) {
                  return fanout->Finish(ProtocolError("stats not answered"));
                }
-               ShardStats& out = (*stats)[i];
-               out.shard_id = r->shard_id();
-               out.tensors = r->tensors();
-               out.dense_blocks = r->dense_blocks();
-               out.sparse_rows = r->sparse_rows();
-               out.bytes = r->bytes();
-               out.pushes = r->pushes();
-               out.pulls = r->pulls();
-               out.rejected_pushes = r->rejected_pushes();
-               out.waiting_pulls = r->waiting_pulls();
-               out.bytes_in = r->bytes_in();
-               out.bytes_out = r->bytes_out();
-               out.min_clock = r->min_clock();
-               if (r->workers()) {
-                 for (const wire::WorkerStat* w : *r->workers()) {
-                   out.workers.push_back(ReadWorkerStat(*w));
-                 }
-               }
-               if (r->staleness_histogram()) {
-                 out.staleness_histogram.assign(
-                     r->staleness_histogram()->begin(),
-                     r->staleness_histogram()->end());
-               }
+               (*stats)[i] = ReadStats(*r);
                fanout->Finish(Status::Ok());
              });
     }

@@ -36,6 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "schema/stats.h"
 #include "schema/status.h"
 #include "worker/slicer.h"
 
@@ -69,40 +70,6 @@ struct ClientOptions {
   Slicer slicer = DefaultSlicer();
 };
 
-// One shard's counters, as Stats() returns them.
-struct ShardStats {
-  struct Worker {
-    int rank = 0;
-    int64_t clock = 0;
-    int staleness = 0;  // the bound the shard enforces; -1 none
-    bool connected = false;
-    bool live = true;  // holds back the minimum clock
-    // From the worker's latest Report (shard 0 only).
-    int epoch = 0;
-    uint64_t samples = 0;
-    float loss = -1;
-    float samples_per_s = 0;
-    float test_accuracy = -1;  // -1: never evaluated
-    float test_loss = -1;
-    std::string device;
-    std::string host;
-  };
-  int shard_id = 0;
-  uint32_t tensors = 0;
-  uint64_t dense_blocks = 0;
-  uint64_t sparse_rows = 0;
-  uint64_t bytes = 0;
-  uint64_t pushes = 0;
-  uint64_t pulls = 0;
-  uint64_t rejected_pushes = 0;
-  uint64_t waiting_pulls = 0;
-  uint64_t bytes_in = 0;
-  uint64_t bytes_out = 0;
-  int64_t min_clock = 0;
-  std::vector<Worker> workers;
-  std::vector<uint64_t> staleness_histogram;
-};
-
 // A worker's progress, reported to the coordinator (shard 0).
 struct Progress {
   int epoch = 0;
@@ -113,6 +80,8 @@ struct Progress {
   float test_loss = -1;
   std::string device = "cpu";
   std::string host;
+  float wait_fraction = 0;  // of the time since the last report, pulling
+  bool done = false;        // the last report: all epochs trained
 };
 
 class Client {

@@ -98,6 +98,8 @@ class Reporter {
  public:
   Reporter(const TrainerOptions& o, Client& client) : o_(o), client_(client) {}
 
+  // Time spent pulling, which is where a worker waits for slower ones.
+  void AddWait(double seconds) { wait_s_ += seconds; }
   void AddStep(int samples, float loss) {
     samples_ += samples;
     loss_sum_ += loss;
@@ -120,9 +122,12 @@ class Reporter {
       samples_per_s_ =
           static_cast<float>((samples_ - samples_at_last_report_) / dt);
     }
+    Progress p;
+    if (dt > 0) p.wait_fraction = static_cast<float>(std::min(1.0, wait_s_ / dt));
+    wait_s_ = 0;
+    p.done = final;
     last_report_ = Clock::now();
     samples_at_last_report_ = samples_;
-    Progress p;
     p.epoch = epoch;
     p.samples = samples_;
     p.loss = loss_count_ > 0 ? static_cast<float>(loss_sum_ / loss_count_)
@@ -176,6 +181,7 @@ class Reporter {
   float last_loss_ = 0;
   float test_accuracy_ = -1;
   float samples_per_s_ = 0;
+  double wait_s_ = 0;  // pulling, since the last report
   Clock::time_point start_ = Clock::now();
   Clock::time_point last_report_ = Clock::now();
   uint64_t samples_at_last_report_ = 0;
@@ -244,7 +250,9 @@ class DenseTrainer {
                   batch_x_.data() + i * f);
       batch_y_[i] = train_.y[row];
     }
+    auto pull_start = Clock::now();
     TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
+    reporter_.AddWait(Seconds(pull_start));
     auto compute_start = Clock::now();
     auto loss = model_.Step(batch_x_.data(), batch_y_.data(), n);
     if (!loss.ok()) return loss.status();
@@ -319,7 +327,9 @@ class SparseTrainer {
     std::vector<uint64_t> keys;
     std::vector<float> w;
     float bias = 0;
+    auto pull_start = Clock::now();
     TETHER_RETURN_IF_ERROR(PullWeights(batch, &keys, &w, &bias));
+    reporter_.AddWait(Seconds(pull_start));
     auto compute_start = Clock::now();
     std::vector<float> grad(keys.size());
     float grad_bias = 0;

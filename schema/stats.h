@@ -1,0 +1,56 @@
+// One shard's figures at one moment: what a Stats frame carries, what
+// Client::Stats() returns, and what the dashboard and /metrics show.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "schema/frame.h"
+
+namespace tether {
+
+struct ShardStats {
+  struct Worker {
+    int rank = 0;
+    int64_t clock = 0;
+    int staleness = 0;  // the bound the shard enforces; -1 none
+    bool connected = false;
+    bool live = true;  // holds back the minimum clock
+    // From the worker's latest Report (shard 0 only).
+    int epoch = 0;
+    uint64_t samples = 0;
+    float loss = -1;
+    float samples_per_s = 0;
+    float test_accuracy = -1;  // -1: never evaluated
+    float test_loss = -1;
+    std::string device;
+    std::string host;
+    float wait_fraction = 0;  // of its time spent pulling (waiting)
+    bool done = false;        // finished its epochs
+  };
+  int shard_id = 0;
+  uint32_t tensors = 0;
+  uint64_t dense_blocks = 0;
+  uint64_t sparse_rows = 0;
+  uint64_t bytes = 0;  // weights plus optimizer slots
+  uint64_t pushes = 0;
+  uint64_t pulls = 0;
+  uint64_t rejected_pushes = 0;
+  uint64_t waiting_pulls = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  int64_t min_clock = 0;
+  std::vector<Worker> workers;
+  // Bucket i counts pushes of staleness i; the last one "i or more".
+  std::vector<uint64_t> staleness_histogram;
+  uint64_t staleness_sum = 0;  // of every push's staleness
+  uint64_t reports = 0;        // WorkerReports received (shard 0)
+};
+
+// The Stats frame answering request `request_id` (0: unsolicited, as shards
+// send to the coordinator).
+OutFrame MakeStatsFrame(uint64_t request_id, const ShardStats& stats);
+ShardStats ReadStats(const wire::Stats& stats);
+
+}  // namespace tether

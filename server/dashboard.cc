@@ -1,0 +1,127 @@
+#include "server/dashboard.h"
+
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+
+#include "schema/log.h"
+#include "server/web_assets.h"
+
+namespace tether {
+namespace {
+
+constexpr std::string_view kApi = "/api/";
+
+HttpResponse Json(int status, const boost::json::value& value) {
+  HttpResponse r;
+  r.status = status;
+  r.body = boost::json::serialize(value);
+  return r;
+}
+
+HttpResponse Error(int status, const std::string& message) {
+  return Json(status, {{"error", message}});
+}
+
+HttpResponse MethodNotAllowed(const HttpRequest& request,
+                              const std::string& allow) {
+  HttpResponse r = Error(405, request.method + " is not allowed on " +
+                                  request.target + "; use " + allow);
+  r.allow = allow;
+  return r;
+}
+
+}  // namespace
+
+Dashboard::Dashboard(boost::asio::io_context& io, DashboardOptions options,
+                     Shard* shard, Coordinator* coordinator)
+    : options_(std::move(options)),
+      shard_(shard),
+      coordinator_(coordinator),
+      monitor_(shard->settings()),
+      http_(
+          io, options_.http, "/ws",
+          [this](const HttpRequest& r) { return Handle(r); },
+          [this] { return monitor_.Snapshot(); }),
+      timer_(boost::asio::make_strand(io)) {}
+
+Dashboard::~Dashboard() { Stop(); }
+
+Status Dashboard::Start() {
+  TETHER_RETURN_IF_ERROR(http_.Start());
+  Tick();  // the first figures, before anyone asks
+  return Status::Ok();
+}
+
+std::string Dashboard::url() const { return "http://" + http_.address() + "/"; }
+
+void Dashboard::Stop() {
+  if (stopped_.exchange(true)) return;
+  boost::asio::post(timer_.get_executor(), [this] { timer_.cancel(); });
+  http_.Stop();
+}
+
+void Dashboard::ScheduleTick() {
+  if (stopped_) return;
+  timer_.expires_after(std::chrono::milliseconds(options_.interval_ms));
+  timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) Tick();
+  });
+}
+
+void Dashboard::Tick() {
+  monitor_.OnShardStats(shard_->Stats());
+  monitor_.SetDashboardClients(http_.websocket_clients(),
+                               http_.dropped_clients());
+  http_.Publish([this] { return monitor_.Tick(); });
+  ScheduleTick();
+}
+
+HttpResponse Dashboard::CheckpointNow() {
+  auto round = coordinator_->CheckpointNow();
+  if (!round.ok()) return Error(503, round.status().message());
+  TETHER_LOG(kInfo) << "dashboard: checkpoint round " << *round
+                    << " requested";
+  return Json(202, {{"round", *round}});
+}
+
+HttpResponse Dashboard::Handle(const HttpRequest& request) {
+  const std::string& path = request.target;
+  const bool get = request.method == "GET";
+  if (path == "/api/checkpoint") {
+    if (request.method != "POST") return MethodNotAllowed(request, "POST");
+    // A page on another site must not make the cluster do things.
+    if (!request.origin.empty() && request.origin != "http://" + request.host) {
+      return Error(403, "cross-origin request from " + request.origin +
+                            " refused");
+    }
+    return CheckpointNow();
+  }
+  if (path == "/ws") {
+    return Error(426, "/ws is a WebSocket: send an upgrade request");
+  }
+  if (path == "/metrics") {
+    if (!get) return MethodNotAllowed(request, "GET");
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = monitor_.Metrics();
+    return r;
+  }
+  if (path.starts_with(kApi)) {
+    std::optional<std::string> doc = monitor_.Document(path.substr(kApi.size()));
+    if (!doc) return Error(404, "no such document: " + path);
+    if (!get) return MethodNotAllowed(request, "GET");
+    HttpResponse r;
+    r.body = std::move(*doc);
+    return r;
+  }
+  if (const WebAsset* asset = FindWebAsset(path)) {
+    if (!get) return MethodNotAllowed(request, "GET");
+    HttpResponse r;
+    r.content_type = std::string(ContentType(asset->path));
+    r.body.assign(reinterpret_cast<const char*>(asset->data), asset->size);
+    return r;
+  }
+  return Error(404, "not found: " + path);
+}
+
+}  // namespace tether

@@ -1,0 +1,55 @@
+// The live dashboard on shard 0: the page (web/, embedded at build time),
+// JSON under /api/, /metrics, and a WebSocket (/ws) with a snapshot on
+// connect and an update every interval. web/API.md documents what each
+// path answers.
+//
+// Every interval it takes shard 0's figures, lets the Monitor derive the
+// workers' states and history, and publishes the update. Other shards'
+// figures reach it through OnShardStats, checkpoint reports through the
+// Monitor. Thread-safe.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <memory>
+#include <string>
+
+#include "server/coordinator.h"
+#include "server/http.h"
+#include "server/monitor.h"
+#include "server/shard.h"
+
+namespace tether {
+
+class Dashboard {
+ public:
+  // `shard` and `coordinator` (shard 0's) must outlive the dashboard.
+  Dashboard(boost::asio::io_context& io, DashboardOptions options,
+            Shard* shard, Coordinator* coordinator);
+  ~Dashboard();
+
+  // Binds --http and starts the updates; kUnavailable naming the address.
+  Status Start();
+  // "http://HOST:PORT/"
+  std::string url() const;
+  Monitor& monitor() { return monitor_; }
+  void Stop();
+
+  // The answer to one plain HTTP request (public for tests).
+  HttpResponse Handle(const HttpRequest& request);
+
+ private:
+  void ScheduleTick();
+  void Tick();
+  HttpResponse CheckpointNow();
+
+  const DashboardOptions options_;
+  Shard* const shard_;
+  Coordinator* const coordinator_;
+  Monitor monitor_;
+  HttpServer http_;
+  boost::asio::steady_timer timer_;
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace tether

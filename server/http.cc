@@ -1,0 +1,448 @@
+#include "server/http.h"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "schema/flags.h"
+#include "schema/log.h"
+
+namespace tether {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// One connection's hold on a place under --http-max-clients, given back
+// when the session that holds it ends.
+class Slot {
+ public:
+  explicit Slot(std::atomic<int>* count) : count_(count) { ++*count_; }
+  ~Slot() { --*count_; }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+
+ private:
+  std::atomic<int>* count_;
+};
+
+// Anything Stop() must be able to close.
+class Closable {
+ public:
+  virtual ~Closable() = default;
+  virtual void Close() = 0;
+};
+
+}  // namespace
+
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+  Impl(asio::io_context& io, HttpOptions o, std::string ws_path, Handler h,
+       Greeting g)
+      : io(io),
+        options(std::move(o)),
+        websocket_path(std::move(ws_path)),
+        handler(std::move(h)),
+        greeting(std::move(g)),
+        acceptor(asio::make_strand(io)) {}
+
+  void DoAccept();
+  void Track(const std::shared_ptr<Closable>& c) {
+    std::lock_guard lock(mu);
+    std::erase_if(open, [](auto& w) { return w.expired(); });
+    open.push_back(c);
+  }
+
+  asio::io_context& io;
+  const HttpOptions options;
+  const std::string websocket_path;
+  const Handler handler;
+  const Greeting greeting;
+  tcp::acceptor acceptor;
+  std::string address;
+  std::atomic<int> connections{0};
+  std::atomic<uint64_t> dropped{0};
+  std::atomic<bool> stopped{false};
+
+  std::mutex mu;  // guards open and websockets; held while publishing
+  std::vector<std::weak_ptr<Closable>> open;
+  class WebSocketSession;
+  std::vector<std::weak_ptr<WebSocketSession>> websockets;
+};
+
+// A WebSocket client: its greeting, then every published message, in
+// order. Writes one message at a time; when more than options.ws_queue are
+// waiting, or the peer stops answering pings, the client is dropped.
+class HttpServer::Impl::WebSocketSession
+    : public Closable,
+      public std::enable_shared_from_this<WebSocketSession> {
+ public:
+  WebSocketSession(std::shared_ptr<Impl> server, beast::tcp_stream stream,
+                   std::unique_ptr<Slot> slot)
+      : server_(std::move(server)),
+        ws_(std::move(stream)),
+        slot_(std::move(slot)) {}
+
+  void Start(http::request<http::string_body> request) {
+    beast::get_lowest_layer(ws_).expires_never();
+    websocket::stream_base::timeout timeout{};
+    timeout.handshake_timeout =
+        std::chrono::milliseconds(server_->options.timeout_ms);
+    timeout.idle_timeout = std::chrono::milliseconds(server_->options.timeout_ms);
+    timeout.keep_alive_pings = true;
+    ws_.set_option(timeout);
+    ws_.read_message_max(server_->options.ws_message_limit);
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) {
+          res.set(http::field::server, "tether");
+        }));
+    ws_.async_accept(request, [self = shared_from_this()](beast::error_code ec) {
+      self->OnAccept(ec);
+    });
+  }
+
+  // Any thread; the message goes out in the order of Send calls.
+  void Send(std::shared_ptr<const std::string> message) {
+    asio::post(ws_.get_executor(), [self = shared_from_this(),
+                                    message = std::move(message)]() mutable {
+      self->Enqueue(std::move(message));
+    });
+  }
+
+  void Close() override {
+    asio::post(ws_.get_executor(),
+               [self = shared_from_this()] { self->Fail("closed"); });
+  }
+
+ private:
+  void OnAccept(beast::error_code ec) {
+    if (ec) return Fail("handshake: " + ec.message());
+    {
+      std::lock_guard lock(server_->mu);
+      if (server_->stopped) return Fail("server stopping");
+      Enqueue(std::make_shared<const std::string>(server_->greeting()));
+      std::erase_if(server_->websockets, [](auto& w) { return w.expired(); });
+      server_->websockets.push_back(shared_from_this());
+    }
+    DoRead();
+  }
+
+  void DoRead() {
+    ws_.async_read(in_, [self = shared_from_this()](beast::error_code ec,
+                                                    size_t) {
+      if (ec == beast::error::timeout) {
+        // It stopped answering pings: a browser gone, or one not reading.
+        ++self->server_->dropped;
+        return self->Fail("dropped: silent for --http-timeout-ms");
+      }
+      if (ec) return self->Fail(ec == websocket::error::closed
+                                    ? ""
+                                    : "read: " + ec.message());
+      self->in_.consume(self->in_.size());  // browsers have nothing to say
+      self->DoRead();
+    });
+  }
+
+  void Enqueue(std::shared_ptr<const std::string> message) {
+    if (closed_) return;
+    if (queue_.size() >= static_cast<size_t>(server_->options.ws_queue)) {
+      ++server_->dropped;
+      return Fail("dropped: " + std::to_string(queue_.size()) +
+                  " messages waiting (--ws-queue)");
+    }
+    queue_.push_back(std::move(message));
+    if (queue_.size() == 1) DoWrite();
+  }
+
+  void DoWrite() {
+    ws_.text(true);
+    ws_.async_write(asio::buffer(*queue_.front()),
+                    [self = shared_from_this()](beast::error_code ec, size_t) {
+                      if (ec) return self->Fail("write: " + ec.message());
+                      self->queue_.pop_front();
+                      if (!self->queue_.empty()) self->DoWrite();
+                    });
+  }
+
+  void Fail(const std::string& why) {
+    if (closed_) return;
+    closed_ = true;
+    queue_.clear();
+    if (!why.empty()) {
+      TETHER_LOG(kInfo) << "dashboard client " << peer_ << " " << why;
+    }
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both,
+                                                   ignored);
+    beast::get_lowest_layer(ws_).close();
+  }
+
+  const std::shared_ptr<Impl> server_;
+  websocket::stream<beast::tcp_stream> ws_;
+  std::unique_ptr<Slot> slot_;
+  beast::flat_buffer in_;
+  std::deque<std::shared_ptr<const std::string>> queue_;  // on the strand
+  bool closed_ = false;                                   // on the strand
+  std::string peer_ = [this] {
+    beast::error_code ec;
+    auto ep = beast::get_lowest_layer(ws_).socket().remote_endpoint(ec);
+    return ec ? std::string("?") : ep.address().to_string() + ":" +
+                                       std::to_string(ep.port());
+  }();
+};
+
+namespace {
+
+// One HTTP connection: requests in turn (keep-alive), each read whole
+// within the timeout, each answered by the handler; an upgrade on the
+// WebSocket path becomes a WebSocketSession.
+class HttpSession : public Closable,
+                    public std::enable_shared_from_this<HttpSession> {
+ public:
+  using Server = HttpServer::Impl;
+
+  HttpSession(std::shared_ptr<Server> server, tcp::socket socket)
+      : server_(std::move(server)),
+        stream_(std::move(socket)),
+        slot_(std::make_unique<Slot>(&server_->connections)) {}
+
+  void Start(bool over_capacity) {
+    asio::dispatch(stream_.get_executor(),
+                   [self = shared_from_this(), over_capacity] {
+                     if (over_capacity) {
+                       return self->Answer(
+                           503, "too many dashboard clients (--http-max-clients)",
+                           false);
+                     }
+                     self->DoRead();
+                   });
+  }
+
+  void Close() override {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      beast::error_code ignored;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      self->stream_.close();
+    });
+  }
+
+ private:
+  void DoRead() {
+    parser_.emplace();
+    parser_->header_limit(
+        static_cast<std::uint32_t>(server_->options.header_limit));
+    parser_->body_limit(server_->options.body_limit);
+    stream_.expires_after(std::chrono::milliseconds(server_->options.timeout_ms));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       self->OnRead(ec);
+                     });
+  }
+
+  void OnRead(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == asio::error::eof ||
+        ec == asio::error::operation_aborted) {
+      return stream_.close();
+    }
+    if (ec == beast::error::timeout) {
+      TETHER_LOG(kDebug) << "dashboard: request from " << Peer()
+                         << " timed out (--http-timeout-ms)";
+      return stream_.close();
+    }
+    if (ec == http::error::header_limit) {
+      return Answer(431, "request headers too large (--http-header-limit)",
+                    false);
+    }
+    if (ec == http::error::body_limit) {
+      return Answer(413, "request body too large (--http-body-limit)", false);
+    }
+    if (ec) return Answer(400, "bad request: " + ec.message(), false);
+
+    http::request<http::string_body> request = parser_->release();
+    std::string target(request.target());
+    if (size_t q = target.find('?'); q != std::string::npos) target.resize(q);
+    if (websocket::is_upgrade(request)) {
+      if (target != server_->websocket_path) {
+        return Answer(404, "no WebSocket at " + target, false);
+      }
+      // Browsers let any site open WebSockets anywhere; only the page's
+      // own origin may (tools that send no Origin are welcome).
+      std::string origin(request[http::field::origin]);
+      if (!origin.empty() &&
+          origin != "http://" + std::string(request[http::field::host])) {
+        return Answer(403, "cross-origin WebSocket from " + origin + " refused",
+                      false);
+      }
+      auto ws = std::make_shared<Server::WebSocketSession>(
+          server_, std::move(stream_), std::move(slot_));
+      server_->Track(ws);
+      return ws->Start(std::move(request));
+    }
+    HttpRequest req{std::string(request.method_string()), target,
+                    std::move(request.body()),
+                    std::string(request[http::field::host]),
+                    std::string(request[http::field::origin])};
+    HttpResponse answer = server_->handler(req);
+    Write(answer, request.keep_alive(), request.version());
+  }
+
+  void Answer(int status, const std::string& text, bool keep_alive) {
+    HttpResponse r;
+    r.status = status;
+    r.content_type = "text/plain; charset=utf-8";
+    r.body = text + "\n";
+    Write(r, keep_alive, 11);
+  }
+
+  void Write(const HttpResponse& answer, bool keep_alive, unsigned version) {
+    auto res = std::make_shared<http::response<http::string_body>>(
+        static_cast<http::status>(answer.status), version);
+    res->set(http::field::server, "tether");
+    res->set(http::field::content_type, answer.content_type);
+    res->set(http::field::cache_control, "no-store");
+    res->set("X-Content-Type-Options", "nosniff");
+    // The page loads nothing from anywhere else and is framed by no one.
+    res->set("Content-Security-Policy",
+             "default-src 'self'; connect-src 'self'; frame-ancestors 'none'");
+    if (!answer.allow.empty()) res->set(http::field::allow, answer.allow);
+    res->body() = answer.body;
+    res->keep_alive(keep_alive);
+    res->prepare_payload();
+    stream_.expires_after(std::chrono::milliseconds(server_->options.timeout_ms));
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res, keep_alive](
+                          beast::error_code ec, size_t) {
+                        if (ec || !keep_alive) {
+                          beast::error_code ignored;
+                          self->stream_.socket().shutdown(
+                              tcp::socket::shutdown_send, ignored);
+                          return self->stream_.close();
+                        }
+                        self->DoRead();
+                      });
+  }
+
+  std::string Peer() {
+    beast::error_code ec;
+    auto ep = stream_.socket().remote_endpoint(ec);
+    return ec ? std::string("?")
+              : ep.address().to_string() + ":" + std::to_string(ep.port());
+  }
+
+  const std::shared_ptr<Server> server_;
+  beast::tcp_stream stream_;
+  std::unique_ptr<Slot> slot_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+};
+
+}  // namespace
+
+void HttpServer::Impl::DoAccept() {
+  acceptor.async_accept(
+      asio::make_strand(io),
+      [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+        if (self->stopped) return;
+        if (ec) {
+          TETHER_LOG(kWarning) << "dashboard: accept failed: " << ec.message();
+        } else {
+          const bool over = self->connections.load() >= self->options.max_clients;
+          auto session = std::make_shared<HttpSession>(self, std::move(socket));
+          self->Track(session);
+          session->Start(over);
+        }
+        self->DoAccept();
+      });
+}
+
+HttpServer::HttpServer(asio::io_context& io, HttpOptions options,
+                       std::string websocket_path, Handler handler,
+                       Greeting greeting)
+    : impl_(std::make_shared<Impl>(io, std::move(options),
+                                   std::move(websocket_path),
+                                   std::move(handler), std::move(greeting))) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+Status HttpServer::Start() {
+  auto listen = ParseHostPort(impl_->options.listen, "--http", true);
+  if (!listen.ok()) return listen.status();
+  beast::error_code ec;
+  auto address = asio::ip::make_address(listen->host, ec);
+  if (ec) {
+    tcp::resolver resolver(impl_->io);
+    auto results =
+        resolver.resolve(listen->host, std::to_string(listen->port), ec);
+    if (ec || results.empty()) {
+      return InvalidArgument("--http: cannot resolve '" + listen->host + "'");
+    }
+    address = results.begin()->endpoint().address();
+  }
+  tcp::endpoint endpoint(address, listen->port);
+  tcp::acceptor& a = impl_->acceptor;
+  a.open(endpoint.protocol(), ec);
+  if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) a.bind(endpoint, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Unavailable("--http: cannot listen on " + impl_->options.listen +
+                       ": " + ec.message() +
+                       " (--http 127.0.0.1:0 picks a free port, --http off "
+                       "serves no dashboard)");
+  }
+  impl_->address =
+      HostPort{listen->host, a.local_endpoint().port()}.ToString();
+  impl_->DoAccept();
+  return Status::Ok();
+}
+
+std::string HttpServer::address() const { return impl_->address; }
+
+void HttpServer::Publish(const std::function<std::string()>& make) {
+  std::lock_guard lock(impl_->mu);
+  std::erase_if(impl_->websockets, [](auto& w) { return w.expired(); });
+  if (impl_->websockets.empty()) {
+    make();  // the caller's bookkeeping still happens
+    return;
+  }
+  auto message = std::make_shared<const std::string>(make());
+  for (auto& weak : impl_->websockets) {
+    if (auto ws = weak.lock()) ws->Send(message);
+  }
+}
+
+size_t HttpServer::websocket_clients() const {
+  std::lock_guard lock(impl_->mu);
+  size_t n = 0;
+  for (auto& w : impl_->websockets) n += !w.expired();
+  return n;
+}
+
+uint64_t HttpServer::dropped_clients() const { return impl_->dropped.load(); }
+
+void HttpServer::Stop() {
+  if (impl_->stopped.exchange(true)) return;
+  asio::post(impl_->acceptor.get_executor(), [impl = impl_] {
+    beast::error_code ignored;
+    impl->acceptor.close(ignored);
+  });
+  std::vector<std::shared_ptr<Closable>> open;
+  {
+    std::lock_guard lock(impl_->mu);
+    for (auto& w : impl_->open) {
+      if (auto c = w.lock()) open.push_back(std::move(c));
+    }
+  }
+  for (auto& c : open) c->Close();
+}
+
+}  // namespace tether

@@ -1,0 +1,76 @@
+// The dashboard's HTTP and WebSocket transport, on Boost.Beast: a listener,
+// one session per connection on a strand of its own, and WebSocket clients
+// fed by Publish. What to answer is the handler's business (Dashboard);
+// Beast stays in http.cc.
+//
+// Bounded everywhere: a cap on connections at once (more are answered 503
+// and closed), header and body limits (431, 413), a timeout for reading a
+// whole request and for each write, and a bounded queue per WebSocket
+// client (one that falls behind is dropped, never buffered without end).
+//
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "schema/status.h"
+#include "server/http_options.h"
+
+namespace tether {
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // the path, without the query string
+  std::string body;
+  std::string host;    // the Host header
+  std::string origin;  // the Origin header; empty when none was sent
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::string allow;  // the Allow header of a 405
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<HttpResponse(const HttpRequest&)>;
+  // Builds the first message a new WebSocket client receives.
+  using Greeting = std::function<std::string()>;
+
+  // `handler` answers every plain request; `greeting` every new WebSocket
+  // client on `websocket_path`. Both run on I/O threads, concurrently.
+  HttpServer(boost::asio::io_context& io, HttpOptions options,
+             std::string websocket_path, Handler handler, Greeting greeting);
+  ~HttpServer();
+
+  // Binds and starts accepting. kUnavailable naming the address when it
+  // cannot be bound.
+  Status Start();
+  // "HOST:PORT" as bound (the real port when options.listen had port 0).
+  std::string address() const;
+
+  // Sends the message `make()` builds to every WebSocket client. `make`
+  // runs under the lock that also covers greeting a new client, so each
+  // client sees its greeting and then every later message, none twice.
+  void Publish(const std::function<std::string()>& make);
+
+  size_t websocket_clients() const;
+  uint64_t dropped_clients() const;  // fell behind, or a write timed out
+
+  // Stops accepting and closes every connection. Idempotent.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace tether

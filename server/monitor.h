@@ -1,0 +1,157 @@
+// The run as shard 0 sees it, for the dashboard and /metrics: every shard's
+// latest figures, each worker's state, the loss and accuracy history,
+// checkpoint rounds and events.
+//
+// Figures go in (shard 0's own each tick, the other shards' Stats frames as
+// they arrive, checkpoint reports); JSON documents (web/API.md) and
+// Prometheus text come out. Thread-safe: every public method takes the
+// monitor's mutex.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "schema/stats.h"
+#include "server/coordinator.h"
+#include "server/run_settings.h"
+
+namespace tether {
+
+enum class WorkerState { kJoining, kRunning, kStraggling, kFinished, kDead };
+const char* WorkerStateName(WorkerState state);
+
+// The tether-server command line for shard 0 that starts a run with
+// these settings (the other shards take them from it).
+std::string ReproduceCommand(const RunSettings& settings);
+
+// Each worker's state from its latest figures. A worker is dead when it
+// was connected once (`ever_connected[rank]`) and is not now, joining when
+// it never was, finished when its last report said so. Among the others
+// (running ones), it is straggling when the rest wait for it -- the other
+// workers spend at least a quarter of their time pulling and it less than
+// half as much as they do (their median) -- or when its samples/s is
+// below half theirs.
+std::vector<WorkerState> ClassifyWorkers(
+    const std::vector<ShardStats::Worker>& workers,
+    const std::vector<bool>& ever_connected);
+
+struct MonitorOptions {
+  size_t max_points = 2000;     // history kept; thinned when full
+  size_t max_events = 500;      // oldest dropped first
+  double shard_silent_s = 3.0;  // a shard quiet this long is not reporting
+  // A straggler stays one until it has not looked like one for this long,
+  // so a worker near the line does not flap.
+  double straggler_hold_s = 3.0;
+};
+
+class Monitor {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  static TimePoint Now() { return std::chrono::steady_clock::now(); }
+
+  explicit Monitor(RunSettings settings, MonitorOptions options = {});
+
+  // A shard's figures: shard 0's own, the others' as their Stats arrive.
+  void OnShardStats(const ShardStats& stats, TimePoint now = Now());
+  // Checkpoints: one shard's report on a round; a round every shard wrote.
+  void OnShardRound(const ShardRound& written);
+  void OnRoundComplete(int64_t round, uint64_t bytes);
+  // The dashboard's own figures, shown in /metrics and the status.
+  void SetDashboardClients(size_t clients, uint64_t dropped);
+
+  // Derives the workers' states, events and a history point (when some
+  // worker reported since the last tick) from the latest figures, and
+  // returns the WebSocket "update": status, workers, shards, checkpoints,
+  // and the history points and events added since the previous Tick.
+  std::string Tick(TimePoint now = Now());
+  // The WebSocket "snapshot": everything, the whole history included.
+  std::string Snapshot(TimePoint now = Now());
+  // The document GET /api/`name` answers (status, workers, shards,
+  // checkpoints, config, history, events); nullopt for an unknown name.
+  std::optional<std::string> Document(std::string_view name,
+                                      TimePoint now = Now());
+  // Prometheus text exposition format 0.0.4.
+  std::string Metrics(TimePoint now = Now());
+
+ private:
+  struct ShardView {
+    bool seen = false;
+    TimePoint at;  // when the latest figures arrived
+    ShardStats stats;
+    // Rates over at least a second, from the sample taken `rate_at`.
+    TimePoint rate_at;
+    uint64_t rate_pushes = 0, rate_in = 0, rate_out = 0;
+    double pushes_per_s = 0, in_per_s = 0, out_per_s = 0;
+    double write_seconds_sum = 0;  // checkpoint writes
+    uint64_t writes = 0;
+    bool silent_logged = false;
+  };
+  struct Point {
+    uint64_t seq;
+    double t;
+    int64_t clock;
+    std::optional<double> loss, test_accuracy;
+    double samples_per_s;
+  };
+  struct Event {
+    uint64_t seq;
+    double t;
+    std::string level;
+    std::string text;
+  };
+  struct RoundView {
+    std::string status = "writing";
+    int64_t finished_unix_ms = 0;
+    uint64_t bytes = 0;
+    double seconds = 0;  // the slowest shard's write
+    int shards_written = 0;
+    std::string error;
+  };
+
+  double Seconds(TimePoint now) const;
+  void AddEventLocked(double t, std::string level, std::string text);
+  void UpdateWorkersLocked(double t);
+  void MaybeAddPointLocked(double t);
+  bool Reporting(const ShardView& shard, TimePoint now) const;
+  // The JSON values of web/API.md.
+  std::string StatusLocked(TimePoint now) const;
+  std::string WorkersLocked() const;
+  std::string ShardsLocked(TimePoint now) const;
+  std::string CheckpointsLocked() const;
+  std::string ConfigLocked() const;
+  std::string PointsLocked(uint64_t after_seq) const;
+  std::string EventsLocked(uint64_t after_seq) const;
+
+  const RunSettings settings_;
+  const MonitorOptions options_;
+  const TimePoint start_ = Now();
+  const int64_t start_unix_ms_;
+
+  mutable std::mutex mu_;
+  // Guarded by mu_.
+  std::vector<ShardView> shards_;
+  std::vector<bool> ever_connected_;
+  std::vector<WorkerState> states_;
+  std::vector<double> straggled_at_;  // when each last looked like one
+  std::vector<int64_t> lags_;
+  std::deque<Point> points_;
+  std::deque<Event> events_;
+  uint64_t next_seq_ = 1;
+  uint64_t sent_point_seq_ = 0, sent_event_seq_ = 0;  // in the last update
+  uint64_t reports_at_last_point_ = 0;
+  float last_test_accuracy_ = -1, last_test_loss_ = -1;
+  std::map<int64_t, RoundView> rounds_;
+  uint64_t rounds_complete_ = 0, rounds_failed_ = 0;
+  uint64_t evictions_ = 0;
+  size_t dashboard_clients_ = 0;
+  uint64_t dashboard_dropped_ = 0;
+};
+
+}  // namespace tether

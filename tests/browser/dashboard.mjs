@@ -1,0 +1,188 @@
+// The dashboard checks, run in headless Chromium against whatever cluster
+// `startCluster` brings up (the real one in dashboard.test.mjs), plus the
+// runner that owns the overall timeout, signals, cleanup and exit code.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+import { Processes } from './processes.mjs';
+
+export const CHROMIUM = process.env.CHROMIUM_BIN || '/usr/bin/chromium';
+// Without the background-networking flags Chromium stalls on a closed network.
+export const CHROMIUM_ARGS = [
+  '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+];
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const LIVE_STATES = ['running', 'straggling'];
+
+// Runs `condition(arg)` in the page until it is truthy; on timeout throws
+// `what`, followed by what the page shows now (`describe(arg)` in the page).
+async function waitInPage(page, what, timeoutMs, condition, describe, arg) {
+  try {
+    await page.waitForFunction(condition, arg, { timeout: timeoutMs, polling: 100 });
+  } catch (e) {
+    let seen = '';
+    try { seen = await page.evaluate(describe, arg); } catch { /* page gone */ }
+    throw new Error(`${what} within ${timeoutMs / 1000} s; the page shows: ${seen}`);
+  }
+}
+
+// In-page helpers (serialised into the page, so they must be self-contained).
+const workerStates = () => [...document.querySelectorAll('#workers tbody tr[data-rank]')]
+  .map((r) => `rank ${r.dataset.rank}: ${r.querySelector('td.state')?.textContent}`).join(', ') || 'no worker rows';
+const connText = () => JSON.stringify(document.getElementById('conn').textContent);
+
+// The checks of the brief, in order. `cluster` is { url, killOneWorker(),
+// killCoordinator() }; `note` logs one progress line.
+export async function checkDashboard(page, cluster, artifactDir, note) {
+  await page.goto(cluster.url, { waitUntil: 'load', timeout: 15000 });
+
+  await waitInPage(page, '#conn did not say "live"', 10000,
+    () => document.getElementById('conn').textContent === 'live', connText);
+  note('connected: #conn says live');
+
+  await waitInPage(page, 'the workers table did not show 3 workers running or straggling', 30000,
+    (states) => {
+      const rows = [...document.querySelectorAll('#workers tbody tr[data-rank]')];
+      return rows.length === 3 && rows.every((r) => states.includes(r.querySelector('td.state')?.textContent));
+    }, workerStates, LIVE_STATES);
+  note(`workers: ${await page.evaluate(workerStates)}`);
+
+  const lossPoints = () => page.$eval('#loss-chart', (c) => Number(c.dataset.points || 0));
+  const before = await lossPoints();
+  await sleep(3000);
+  await waitInPage(page, `#loss-chart data-points did not grow from ${before}`, 10000,
+    (n) => Number(document.getElementById('loss-chart').dataset.points || 0) > n,
+    () => `data-points=${document.getElementById('loss-chart').dataset.points}`, before);
+  note(`loss chart: ${before} -> ${await lossPoints()} points`);
+
+  await waitInPage(page, 'the shards table did not show 2 shards', 10000,
+    () => document.querySelectorAll('#shards tbody tr[data-shard]').length === 2,
+    () => `${document.querySelectorAll('#shards tbody tr[data-shard]').length} shard rows`);
+  await checkSeed(page, cluster.url);
+
+  await checkWorkerDeath(page, cluster, note);
+  await checkCheckpointButton(page, note);
+
+  const shot = path.join(artifactDir, 'dashboard.png');
+  await page.screenshot({ path: shot, fullPage: true });
+  note(`screenshot: ${shot}`);
+
+  await cluster.killCoordinator();
+  await waitInPage(page, '#conn did not start with "disconnected" after shard 0 was killed', 10000,
+    () => {
+      const c = document.getElementById('conn');
+      return c.textContent.startsWith('disconnected') && c.classList.contains('down');
+    }, connText);
+  note(`shard 0 killed: #conn says ${await page.evaluate(connText)}`);
+}
+
+// #config holds the config as JSON; its seed must be /api/config's.
+async function checkSeed(page, url) {
+  const text = await page.textContent('#config');
+  let shown;
+  try { shown = JSON.parse(text); } catch {
+    throw new Error(`#config is not the config as JSON: ${text.slice(0, 200)}`);
+  }
+  if (!Number.isInteger(shown.seed)) throw new Error(`#config shows no integer seed: ${text.slice(0, 200)}`);
+  const res = await page.request.get(new URL('api/config', url).href);
+  const api = await res.json();
+  if (api.seed !== shown.seed) throw new Error(`#config shows seed ${shown.seed}, /api/config says ${api.seed}`);
+}
+
+async function checkWorkerDeath(page, cluster, note) {
+  await cluster.killOneWorker();
+  await waitInPage(page, 'after SIGKILL of one worker, not exactly one row turned dead with the others running or straggling',
+    15000, (states) => {
+      const s = [...document.querySelectorAll('#workers tbody tr[data-rank]')]
+        .map((r) => ({ state: r.querySelector('td.state')?.textContent, dead: r.classList.contains('dead') }));
+      const dead = s.filter((x) => x.state === 'dead');
+      return s.length === 3 && dead.length === 1 && dead[0].dead &&
+             s.filter((x) => states.includes(x.state)).length === 2;
+    }, workerStates, LIVE_STATES);
+  note(`one worker killed: ${await page.evaluate(workerStates)}`);
+}
+
+async function checkCheckpointButton(page, note) {
+  await page.click('#checkpoint-now');
+  await waitInPage(page, '#checkpoint-result showed no answer', 10000,
+    () => {
+      const t = document.getElementById('checkpoint-result').textContent.trim();
+      return t !== '' && t !== 'asking…';
+    }, () => JSON.stringify(document.getElementById('checkpoint-result').textContent));
+  const answer = await page.textContent('#checkpoint-result');
+  // The page must still be whole and live after the answer.
+  await sleep(500);
+  const conn = await page.textContent('#conn');
+  const rows = await page.$$eval('#workers tbody tr[data-rank]', (r) => r.length);
+  if (conn !== 'live' || rows !== 3) {
+    throw new Error(`after "checkpoint now" the page broke: #conn ${JSON.stringify(conn)}, ${rows} worker rows`);
+  }
+  note(`checkpoint now: ${JSON.stringify(answer)}`);
+}
+
+// Runs the whole test and exits: 0 when every check passed, 1 otherwise.
+// `startCluster(procs)` starts the processes and resolves with the cluster
+// object for checkDashboard (plus `killed`, the Set of children it killed).
+export async function runDashboardTest({ name, startCluster, timeoutMs = 150000 }) {
+  const t0 = Date.now();
+  const artifactDir = process.env.ARTIFACT_DIR
+    ? path.resolve(process.env.ARTIFACT_DIR)
+    : fs.mkdtempSync(path.join(os.tmpdir(), 'tether-dashboard-'));
+  fs.mkdirSync(artifactDir, { recursive: true });
+  const procs = new Processes(artifactDir);
+  const note = (line) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)} s] ${line}`);
+  let finished = false;
+  const finish = (error) => {
+    if (finished) return;
+    finished = true;
+    procs.killAll();
+    const secs = ((Date.now() - t0) / 1000).toFixed(1);
+    if (error) {
+      console.error(`${name}: FAIL after ${secs} s: ${error.message}`);
+      console.error(`  artifacts in ${artifactDir}`);
+    } else {
+      console.log(`${name}: PASS in ${secs} s (artifacts in ${artifactDir})`);
+    }
+    // Playwright kills the browser it launched on exit.
+    process.exit(error ? 1 : 0);
+  };
+  process.on('exit', () => procs.killAll());
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+    process.on(sig, () => finish(new Error(`interrupted by ${sig}`)));
+  }
+  setTimeout(() => finish(new Error(`overall timeout of ${timeoutMs / 1000} s`)), timeoutMs).unref();
+
+  const pageErrors = [];
+  let cluster = null;
+  let browser = null;
+  try {
+    cluster = await startCluster(procs, note);
+    browser = await chromium.launch({
+      executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS,
+      handleSIGINT: false, handleSIGTERM: false, handleSIGHUP: false,
+    });
+    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    page.on('pageerror', (e) => { pageErrors.push(e.message); note(`page error: ${e.message}`); });
+    // Console errors are reported, not failures: Chromium logs the refused
+    // WebSocket and the checkpoint answer's HTTP error status there.
+    page.on('console', (m) => { if (m.type() === 'error') note(`console error: ${m.text()}`); });
+    await checkDashboard(page, cluster, artifactDir, note);
+    if (pageErrors.length) throw new Error(`uncaught page errors: ${pageErrors.join(' | ')}`);
+  } catch (e) {
+    const exits = procs.unexpectedExits(cluster?.killed || new Set(), e.message);
+    if (exits) e.message += `\nprocesses that ended on their own:\n${exits}`;
+    if (pageErrors.length) e.message += `\nuncaught page errors: ${pageErrors.join(' | ')}`;
+    await closeQuietly(browser);
+    return finish(e);
+  }
+  await closeQuietly(browser);
+  finish(null);
+}
+
+async function closeQuietly(browser) {
+  if (!browser) return;
+  await Promise.race([browser.close().catch(() => {}), sleep(5000)]);
+}

@@ -1,0 +1,414 @@
+// The dashboard over real HTTP and WebSocket connections to a real shard 0,
+// during real training runs (tether-worker processes on Fashion-MNIST).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "schema/flags.h"
+#include "tests/cluster.h"
+#include "tests/prometheus.h"
+#include "tools/http_client.h"
+
+namespace tether::testing {
+namespace {
+
+namespace json = boost::json;
+using std::chrono::milliseconds;
+
+// Polls `check` every 100 ms for up to `timeout_ms`; true once it holds.
+bool Eventually(const std::function<bool()>& check, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (check()) return true;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  return check();
+}
+
+class Dashboard : public ::testing::Test {
+ protected:
+  void StartCluster(int shards, int workers, std::vector<std::string> flags) {
+    ClusterOptions o;
+    o.shards = shards;
+    o.workers = workers;
+    o.extra_flags = std::move(flags);
+    auto c = Cluster::Start(o, dir_.path());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    cluster_ = std::move(*c);
+  }
+  void StartTraining(int workers, int epochs) {
+    workers_ = StartWorkers(cluster_->coordinator(), workers, dir_.path(),
+                            {"--model", "softmax", "--epochs",
+                             std::to_string(epochs), "--report-every", "5",
+                             "--eval-every", "40"});
+    ASSERT_EQ(static_cast<int>(workers_.size()), workers);
+  }
+
+  HttpReply Fetch(const std::string& method, const std::string& target,
+                  const std::string& body = "",
+                  std::vector<std::pair<std::string, std::string>> headers = {}) {
+    auto reply =
+        HttpFetch(cluster_->dashboard(), method, target, body, headers, 5000);
+    EXPECT_TRUE(reply.ok()) << method << " " << target << ": "
+                            << reply.status().ToString();
+    return reply.ok() ? *reply : HttpReply{};
+  }
+  json::value GetJson(const std::string& target) {
+    HttpReply reply = Fetch("GET", target);
+    EXPECT_EQ(reply.status, 200) << target << ": " << reply.body;
+    EXPECT_EQ(reply.content_type, "application/json") << target;
+    boost::system::error_code ec;
+    json::value v = json::parse(reply.body, ec);
+    EXPECT_FALSE(ec) << target << " is not JSON: " << reply.body;
+    return v;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Cluster> cluster_;
+  std::vector<std::unique_ptr<Process>> workers_;
+};
+
+// A sample's value in /metrics text; -1 when it is not there.
+double Metric(const std::string& text, const std::string& name,
+              const std::map<std::string, std::string>& labels) {
+  return SampleValue(text, name, labels).value_or(-1);
+}
+
+int64_t Int(const json::value& v, const char* key) {
+  return v.at(key).to_number<int64_t>();
+}
+
+TEST_F(Dashboard, EveryEndpointAnswersDuringARealRun) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartCluster(2, 2, {"--dashboard-interval-ms", "100", "--seed", "77"}));
+  ASSERT_NO_FATAL_FAILURE(StartTraining(2, 10));
+
+  // The page and its files, with a policy that loads nothing from elsewhere.
+  HttpReply page = Fetch("GET", "/");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+  EXPECT_NE(page.body.find("<html"), std::string::npos);
+  EXPECT_NE(page.Header("Content-Security-Policy").find("default-src 'self'"),
+            std::string::npos);
+  EXPECT_EQ(Fetch("GET", "/app.js").content_type,
+            "text/javascript; charset=utf-8");
+  EXPECT_EQ(Fetch("GET", "/style.css").content_type, "text/css; charset=utf-8");
+
+  // Training shows up: samples, history points with a loss, both shards.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        json::value status = GetJson("/api/status");
+        json::value history = GetJson("/api/history");
+        return Int(status, "samples") > 0 && Int(status, "min_clock") > 10 &&
+               history.at("points").as_array().size() >= 3;
+      },
+      30000))
+      << GetJson("/api/status");
+  json::value status = GetJson("/api/status");
+  EXPECT_EQ(Int(status, "shards"), 2);
+  EXPECT_EQ(Int(status, "workers"), 2);
+  EXPECT_EQ(Int(status, "shards_reporting"), 2);
+  EXPECT_EQ(status.at("staleness_histogram").as_array().size(), 17u);
+
+  json::array workers = GetJson("/api/workers").as_array();
+  ASSERT_EQ(workers.size(), 2u);
+  for (const json::value& w : workers) {
+    std::string state(w.at("state").as_string());
+    EXPECT_TRUE(state == "running" || state == "straggling" ||
+                state == "finished")
+        << w;
+    EXPECT_FALSE(w.at("host").as_string().empty()) << w;
+    EXPECT_EQ(w.at("device").as_string(), "cpu") << w;
+  }
+  ASSERT_TRUE(Eventually(
+      [&] {
+        json::array shards = GetJson("/api/shards").as_array();
+        return shards.size() == 2 && shards[1].at("reporting").as_bool() &&
+               Int(shards[0], "pushes") > 0 && Int(shards[1], "pushes") > 0;
+      },
+      10000))
+      << GetJson("/api/shards");
+
+  json::value config = GetJson("/api/config");
+  EXPECT_EQ(Int(config, "seed"), 77);
+  EXPECT_NE(std::string(config.at("command").as_string()).find("--seed 77"),
+            std::string::npos);
+  json::array points = GetJson("/api/history").at("points").as_array();
+  double last_t = -1;
+  for (const json::value& p : points) {
+    EXPECT_GT(p.at("t").as_double(), last_t) << "history out of order";
+    last_t = p.at("t").as_double();
+  }
+  EXPECT_TRUE(points.back().at("loss").is_double()) << points.back();
+  std::string events = json::serialize(GetJson("/api/events"));
+  EXPECT_NE(events.find("worker 0 joined"), std::string::npos) << events;
+
+  // A checkpoint round on demand, shown complete (the cluster has data dirs).
+  HttpReply started = Fetch("POST", "/api/checkpoint");
+  ASSERT_EQ(started.status, 202) << started.body;
+  const int64_t round = Int(json::parse(started.body), "round");
+  ASSERT_TRUE(Eventually(
+      [&] {
+        json::value checkpoints = GetJson("/api/checkpoints");
+        for (const json::value& r : checkpoints.at("rounds").as_array()) {
+          if (Int(r, "round") == round && r.at("status") == "complete") {
+            return Int(r, "bytes") > 0;
+          }
+        }
+        return false;
+      },
+      10000))
+      << GetJson("/api/checkpoints");
+  // Another site's page may not trigger one.
+  HttpReply forged = Fetch("POST", "/api/checkpoint", "",
+                           {{"Origin", "http://evil.example"}});
+  EXPECT_EQ(forged.status, 403) << forged.body;
+
+  // /metrics: valid exposition text with the run's figures in it.
+  HttpReply metrics = Fetch("GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_EQ(metrics.content_type, "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(CheckExposition(metrics.body), "") << metrics.body;
+  EXPECT_GT(Metric(metrics.body, "tether_shard_pushes_total",
+                        {{"shard", "1"}}),
+            0);
+  EXPECT_GT(Metric(metrics.body, "tether_worker_clock", {{"rank", "0"}}), 0);
+  EXPECT_GE(Metric(metrics.body, "tether_checkpoint_rounds_total",
+                        {{"status", "complete"}}),
+            1);
+  EXPECT_GE(Metric(metrics.body, "tether_checkpoint_write_seconds_count",
+                        {{"shard", "1"}}),
+            1);
+
+  // Errors: short, with the right status.
+  EXPECT_EQ(Fetch("GET", "/nope").status, 404);
+  EXPECT_EQ(Fetch("GET", "/api/nope").status, 404);
+  HttpReply wrong = Fetch("GET", "/api/checkpoint");
+  EXPECT_EQ(wrong.status, 405);
+  EXPECT_EQ(wrong.Header("Allow"), "POST");
+  EXPECT_EQ(Fetch("DELETE", "/metrics").status, 405);
+  EXPECT_EQ(Fetch("GET", "/ws").status, 426);
+
+  // A worker killed mid-run turns dead; the other goes on.
+  workers_[1]->Signal(SIGKILL);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        int dead = 0;
+        json::value workers = GetJson("/api/workers");
+        for (const json::value& w : workers.as_array()) {
+          dead += w.at("state") == "dead";
+        }
+        return dead == 1;
+      },
+      10000))
+      << GetJson("/api/workers");
+  std::string after_kill = json::serialize(GetJson("/api/events"));
+  EXPECT_NE(after_kill.find("is dead"), std::string::npos) << after_kill;
+  EXPECT_EQ(Metric(Fetch("GET", "/metrics").body,
+                        "tether_worker_evictions_total", {}),
+            1);
+}
+
+TEST_F(Dashboard, WebSocketSendsSnapshotThenOnlyNewPoints) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartCluster(1, 1, {"--dashboard-interval-ms", "50", "--seed", "5"}));
+  auto ws = WebSocketClient::Connect(cluster_->dashboard(), "/ws", {});
+  ASSERT_TRUE(ws.ok()) << ws.status().ToString();
+  auto first = (*ws)->Read(5000);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  json::value snapshot = json::parse(*first);
+  EXPECT_EQ(snapshot.at("type"), "snapshot");
+  EXPECT_EQ(Int(snapshot.at("config"), "seed"), 5);
+  for (const char* key : {"status", "workers", "shards", "checkpoints",
+                          "history", "events"}) {
+    EXPECT_TRUE(snapshot.as_object().contains(key)) << key;
+  }
+
+  ASSERT_NO_FATAL_FAILURE(StartTraining(1, 2));
+  std::vector<double> times;
+  for (const json::value& p : snapshot.at("history").as_array()) {
+    times.push_back(p.at("t").as_double());
+  }
+  int updates = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (times.size() < 5 && std::chrono::steady_clock::now() < deadline) {
+    auto message = (*ws)->Read(5000);
+    ASSERT_TRUE(message.ok()) << message.status().ToString();
+    json::value update = json::parse(*message);
+    ASSERT_EQ(update.at("type"), "update");
+    EXPECT_FALSE(update.as_object().contains("config"));
+    ++updates;
+    for (const json::value& p : update.at("history").as_array()) {
+      const double t = p.at("t").as_double();
+      // Only new points: none repeats or goes back in time.
+      if (!times.empty()) EXPECT_GT(t, times.back());
+      times.push_back(t);
+    }
+  }
+  EXPECT_GE(times.size(), 5u) << "after " << updates << " updates";
+  // Updates come every interval, many per second.
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE((*ws)->Read(2000).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  // What the stream carried is what /api/history holds.
+  json::array points = GetJson("/api/history").at("points").as_array();
+  ASSERT_GE(points.size(), times.size());
+  for (size_t i = 0; i < times.size(); ++i) {
+    EXPECT_EQ(points[i].at("t").as_double(), times[i]) << "point " << i;
+  }
+  // A WebSocket from another site's page is refused.
+  auto foreign = WebSocketClient::Connect(cluster_->dashboard(), "/ws",
+                                          {.origin = "http://evil.example"});
+  EXPECT_FALSE(foreign.ok());
+}
+
+// A raw TCP connection to the dashboard, for requests no client library
+// would send.
+class RawConnection {
+ public:
+  explicit RawConnection(const std::string& address) {
+    auto hp = ParseHostPort(address, "dashboard");
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(hp->port);
+    inet_pton(AF_INET, hp->host.c_str(), &sa.sin_addr);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+    timeval tv{0, 200 * 1000};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawConnection() { close(fd_); }
+  bool connected() const { return connected_; }
+  bool Send(const std::string& bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+  // What arrives until the server closes, for up to `timeout_ms`; sets
+  // *closed when it did.
+  std::string ReadUntilClosed(int timeout_ms, bool* closed) {
+    std::string out;
+    *closed = false;
+    auto deadline = std::chrono::steady_clock::now() + milliseconds(timeout_ms);
+    char buf[4096];
+    while (std::chrono::steady_clock::now() < deadline) {
+      ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        *closed = true;
+        break;
+      }
+      if (n > 0) out.append(buf, n);
+    }
+    return out;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+uint64_t RssBytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+TEST_F(Dashboard, LimitsHoldAndOtherClientsAreStillServed) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(
+      1, 1,
+      {"--dashboard-interval-ms", "10", "--http-timeout-ms", "1000",
+       "--http-max-clients", "6", "--http-header-limit", "1024",
+       "--http-body-limit", "128", "--ws-queue", "4"}));
+  const uint64_t rss_before = RssBytes(cluster_->shard(0).pid());
+
+  // Oversized headers and bodies are refused by size.
+  EXPECT_EQ(Fetch("GET", "/api/status", "", {{"X-Big", std::string(2000, 'x')}})
+                .status,
+            431);
+  EXPECT_EQ(Fetch("POST", "/api/checkpoint", std::string(1000, 'x')).status,
+            413);
+  // Bytes that are not HTTP: 400, then the connection is closed.
+  {
+    RawConnection raw(cluster_->dashboard());
+    ASSERT_TRUE(raw.connected());
+    ASSERT_TRUE(raw.Send("\x16\x03\x01 garbage\r\n\r\n"));
+    bool closed = false;
+    std::string answer = raw.ReadUntilClosed(3000, &closed);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
+    EXPECT_TRUE(closed);
+  }
+  // Slowloris: a request dribbled a byte at a time is cut off at the
+  // timeout, while another client is served meanwhile.
+  {
+    RawConnection slow(cluster_->dashboard());
+    ASSERT_TRUE(slow.connected());
+    ASSERT_TRUE(slow.Send("GET / HTTP/1.1\r\nHost: x\r\n"));
+    auto start = std::chrono::steady_clock::now();
+    bool closed = false;
+    for (int i = 0; i < 30 && !closed; ++i) {
+      slow.Send("X");
+      slow.ReadUntilClosed(100, &closed);
+      if (i == 3) EXPECT_EQ(Fetch("GET", "/api/status").status, 200);
+    }
+    EXPECT_TRUE(closed) << "a dribbling client was not cut off";
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  }
+
+  // A WebSocket client that never reads is dropped (its queue fills, or it
+  // stops answering pings); one that reads keeps getting updates.
+  auto healthy = WebSocketClient::Connect(cluster_->dashboard(), "/ws", {});
+  ASSERT_TRUE(healthy.ok()) << healthy.status().ToString();
+  auto stalled = WebSocketClient::Connect(cluster_->dashboard(), "/ws",
+                                          {.receive_buffer = 4096});
+  ASSERT_TRUE(stalled.ok()) << stalled.status().ToString();
+  bool dropped = false;
+  for (int i = 0; i < 1000 && !dropped; ++i) {
+    ASSERT_TRUE((*healthy)->Read(2000).ok()) << "the reading client starved";
+    if (i % 50 == 49) {
+      dropped = Metric(Fetch("GET", "/metrics").body,
+                            "tether_dashboard_dropped_clients_total", {}) >= 1;
+    }
+  }
+  EXPECT_TRUE(dropped) << "a client that never reads was kept";
+  ASSERT_TRUE((*healthy)->Read(2000).ok());
+  (*stalled)->Close();
+
+  // None of it made the shard hold on to memory.
+  const uint64_t rss_after = RssBytes(cluster_->shard(0).pid());
+  EXPECT_LT(rss_after, rss_before + (64u << 20))
+      << "RSS " << rss_before << " -> " << rss_after;
+  EXPECT_TRUE(cluster_->shard(0).Running());
+}
+
+TEST_F(Dashboard, ClientsOverTheCapAreAnswered503) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(
+      1, 1, {"--dashboard-interval-ms", "1000", "--http-max-clients", "3"}));
+  std::vector<std::unique_ptr<WebSocketClient>> held;
+  for (int i = 0; i < 3; ++i) {
+    auto ws = WebSocketClient::Connect(cluster_->dashboard(), "/ws", {});
+    ASSERT_TRUE(ws.ok()) << i << ": " << ws.status().ToString();
+    held.push_back(std::move(*ws));
+  }
+  HttpReply refused = Fetch("GET", "/api/status");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_NE(refused.body.find("--http-max-clients"), std::string::npos);
+  // A place freed is taken again.
+  held.pop_back();
+  EXPECT_TRUE(Eventually(
+      [&] { return Fetch("GET", "/api/status").status == 200; }, 5000));
+  ASSERT_TRUE(held[0]->Read(3000).ok()) << "a held client lost its updates";
+}
+
+}  // namespace
+}  // namespace tether::testing

@@ -1,0 +1,1119 @@
+#include "server/monitor.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tests/prometheus.h"
+
+namespace tether {
+namespace {
+
+namespace json = boost::json;
+using TimePoint = Monitor::TimePoint;
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+RunSettings Settings(int shards, int workers) {
+  RunSettings s;
+  s.num_shards = shards;
+  s.num_workers = workers;
+  return s;
+}
+
+// A connected worker with the given pull-wait fraction and throughput.
+ShardStats::Worker Running(int rank, float wait_fraction = 0,
+                           float samples_per_s = 0) {
+  ShardStats::Worker w;
+  w.rank = rank;
+  w.connected = true;
+  w.wait_fraction = wait_fraction;
+  w.samples_per_s = samples_per_s;
+  return w;
+}
+
+ShardStats::Worker Disconnected(int rank) {
+  ShardStats::Worker w;
+  w.rank = rank;
+  w.connected = false;
+  return w;
+}
+
+ShardStats ShardZero(std::vector<ShardStats::Worker> workers,
+                     uint64_t reports = 0) {
+  ShardStats s;
+  s.shard_id = 0;
+  s.workers = std::move(workers);
+  s.reports = reports;
+  return s;
+}
+
+// `seconds` after `base`.
+TimePoint At(TimePoint base, double seconds) {
+  return base + std::chrono::duration_cast<TimePoint::duration>(
+                    std::chrono::duration<double>(seconds));
+}
+
+json::value Parse(const std::string& text) {
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  EXPECT_FALSE(ec) << ec.message() << " in: " << text;
+  return v;
+}
+
+json::value Doc(Monitor& monitor, std::string_view name, TimePoint now) {
+  std::optional<std::string> doc = monitor.Document(name, now);
+  EXPECT_TRUE(doc.has_value()) << name;
+  return doc ? Parse(*doc) : json::value();
+}
+
+std::string StateOf(Monitor& monitor, size_t rank, TimePoint now) {
+  return std::string(
+      Doc(monitor, "workers", now).as_array().at(rank).at("state").as_string());
+}
+
+// The events (of an events array) whose text contains every one of `words`.
+std::vector<json::object> EventsWith(const json::array& events,
+                                     std::initializer_list<std::string> words) {
+  std::vector<json::object> out;
+  for (const json::value& e : events) {
+    const std::string text(e.at("text").as_string());
+    bool all = true;
+    for (const std::string& w : words) all &= text.find(w) != std::string::npos;
+    if (all) out.push_back(e.as_object());
+  }
+  return out;
+}
+
+json::array AllEvents(Monitor& monitor, TimePoint now) {
+  return Doc(monitor, "events", now).at("events").as_array();
+}
+
+double Number(const json::value& v) { return v.to_number<double>(); }
+
+void ExpectKeys(const json::value& v, std::initializer_list<const char*> keys,
+                const std::string& what) {
+  ASSERT_TRUE(v.is_object()) << what << ": " << json::serialize(v);
+  for (const char* key : keys) {
+    EXPECT_TRUE(v.as_object().contains(key))
+        << what << " lacks \"" << key << "\": " << json::serialize(v);
+  }
+}
+
+// The word after `flag` in a command line; "" when the flag is absent.
+std::string FlagValue(const std::string& command, const std::string& flag) {
+  std::istringstream in(command);
+  std::string word;
+  while (in >> word) {
+    if (word == flag) {
+      in >> word;
+      return word;
+    }
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------------------
+// ClassifyWorkers
+
+TEST(ClassifyWorkers, NeverConnectedWorkerIsJoining) {
+  auto states = ClassifyWorkers({Disconnected(0)}, {false});
+  EXPECT_EQ(states, std::vector<WorkerState>{WorkerState::kJoining});
+  // No ever_connected entry at all also means it never connected.
+  EXPECT_EQ(ClassifyWorkers({Disconnected(0)}, {}),
+            std::vector<WorkerState>{WorkerState::kJoining});
+}
+
+TEST(ClassifyWorkers, ConnectedThenGoneWorkerIsDead) {
+  auto states =
+      ClassifyWorkers({Running(0), Disconnected(1), Disconnected(2)},
+                      {true, true, false});
+  EXPECT_EQ(states[0], WorkerState::kRunning);
+  EXPECT_EQ(states[1], WorkerState::kDead);
+  EXPECT_EQ(states[2], WorkerState::kJoining);
+}
+
+TEST(ClassifyWorkers, DoneWorkerIsFinishedConnectedOrNot) {
+  ShardStats::Worker gone = Disconnected(0);
+  gone.done = true;
+  ShardStats::Worker still = Running(1, 0.9f, 1);
+  still.done = true;
+  auto states = ClassifyWorkers({gone, still, Running(2, 0, 100)},
+                                {true, true, true});
+  EXPECT_EQ(states[0], WorkerState::kFinished);
+  EXPECT_EQ(states[1], WorkerState::kFinished);
+  EXPECT_EQ(states[2], WorkerState::kRunning);
+}
+
+TEST(ClassifyWorkers, WorkerTheOthersWaitForIsStraggling) {
+  // BSP: everybody else waits in pull for the one that never waits.
+  auto states = ClassifyWorkers(
+      {Running(0, 0.6f, 100), Running(1, 0.62f, 100), Running(2, 0.05f, 100),
+       Running(3, 0.58f, 100)},
+      {true, true, true, true});
+  EXPECT_EQ(states[0], WorkerState::kRunning);
+  EXPECT_EQ(states[1], WorkerState::kRunning);
+  EXPECT_EQ(states[2], WorkerState::kStraggling);
+  EXPECT_EQ(states[3], WorkerState::kRunning);
+}
+
+TEST(ClassifyWorkers, LowWaitIsNotStragglingWhenOthersBarelyWait) {
+  // The others wait under a quarter of their time: nobody is held back.
+  auto states = ClassifyWorkers(
+      {Running(0, 0.2f, 100), Running(1, 0.2f, 100), Running(2, 0.01f, 100)},
+      {true, true, true});
+  for (WorkerState s : states) EXPECT_EQ(s, WorkerState::kRunning);
+}
+
+TEST(ClassifyWorkers, WorkerUnderHalfTheOthersThroughputIsStraggling) {
+  auto states = ClassifyWorkers(
+      {Running(0, 0, 100), Running(1, 0, 110), Running(2, 0, 40),
+       Running(3, 0, 90)},
+      {true, true, true, true});
+  EXPECT_EQ(states[0], WorkerState::kRunning);
+  EXPECT_EQ(states[1], WorkerState::kRunning);
+  EXPECT_EQ(states[2], WorkerState::kStraggling);
+  EXPECT_EQ(states[3], WorkerState::kRunning);
+}
+
+TEST(ClassifyWorkers, ExactlyHalfTheOthersThroughputIsNotStraggling) {
+  auto states = ClassifyWorkers(
+      {Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 50)},
+      {true, true, true});
+  EXPECT_EQ(states[2], WorkerState::kRunning);
+}
+
+TEST(ClassifyWorkers, EqualWorkersAreNotStraggling) {
+  auto states = ClassifyWorkers(
+      {Running(0, 0.5f, 100), Running(1, 0.5f, 100), Running(2, 0.5f, 100)},
+      {true, true, true});
+  for (WorkerState s : states) EXPECT_EQ(s, WorkerState::kRunning);
+}
+
+TEST(ClassifyWorkers, SingleRunningWorkerIsNeverStraggling) {
+  // The only running worker, however slow; the others are not running.
+  ShardStats::Worker done = Running(2, 0.9f, 1000);
+  done.done = true;
+  auto states = ClassifyWorkers(
+      {Running(0, 0.0f, 1), Disconnected(1), done}, {true, true, true});
+  EXPECT_EQ(states[0], WorkerState::kRunning);
+  EXPECT_EQ(states[1], WorkerState::kDead);
+  EXPECT_EQ(states[2], WorkerState::kFinished);
+}
+
+TEST(ClassifyWorkers, NoReportsYetMeansNoStragglers) {
+  // Connected but not reported: wait_fraction and samples/s are all 0.
+  auto states = ClassifyWorkers({Running(0), Running(1), Running(2)},
+                                {true, true, true});
+  for (WorkerState s : states) EXPECT_EQ(s, WorkerState::kRunning);
+}
+
+TEST(ClassifyWorkers, WorkerWithoutThroughputYetIsNotSlow) {
+  auto states = ClassifyWorkers(
+      {Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 0)},
+      {true, true, true});
+  EXPECT_EQ(states[2], WorkerState::kRunning);
+}
+
+// ---------------------------------------------------------------------------
+// Worker states and events
+
+TEST(Monitor, WorkerThatDisconnectsIsDeadWithErrorEventAndEviction) {
+  Monitor monitor(Settings(1, 3));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats::Worker w1 = Running(1);
+  w1.host = "box3";
+  w1.clock = 5;
+  monitor.OnShardStats(ShardZero({Running(0), w1, Disconnected(2)}),
+                       At(t0, 0));
+  monitor.Tick(At(t0, 0));
+  EXPECT_EQ(StateOf(monitor, 1, At(t0, 0)), "running");
+  EXPECT_EQ(SampleValue(monitor.Metrics(At(t0, 0)),
+                        "tether_worker_evictions_total"),
+            0);
+
+  w1.connected = false;
+  monitor.OnShardStats(ShardZero({Running(0), w1, Disconnected(2)}),
+                       At(t0, 1));
+  monitor.Tick(At(t0, 1));
+  EXPECT_EQ(StateOf(monitor, 0, At(t0, 1)), "running");
+  EXPECT_EQ(StateOf(monitor, 1, At(t0, 1)), "dead");
+  EXPECT_EQ(StateOf(monitor, 2, At(t0, 1)), "joining");
+
+  auto dead = EventsWith(AllEvents(monitor, At(t0, 1)), {"worker 1", "dead"});
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].at("level"), "error");
+  EXPECT_NE(std::string(dead[0].at("text").as_string()).find("box3"),
+            std::string::npos);
+  EXPECT_TRUE(EventsWith(AllEvents(monitor, At(t0, 1)), {"worker 2", "dead"})
+                  .empty());
+
+  const std::string metrics = monitor.Metrics(At(t0, 1));
+  EXPECT_NE(metrics.find("\ntether_worker_evictions_total 1\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(SampleValue(metrics, "tether_workers", {{"state", "dead"}}), 1);
+  EXPECT_EQ(SampleValue(metrics, "tether_workers", {{"state", "joining"}}), 1);
+  EXPECT_EQ(SampleValue(metrics, "tether_workers", {{"state", "running"}}), 1);
+
+  // Still dead a tick later: evicted once, not once per tick.
+  monitor.Tick(At(t0, 2));
+  EXPECT_EQ(SampleValue(monitor.Metrics(At(t0, 2)),
+                        "tether_worker_evictions_total"),
+            1);
+}
+
+TEST(Monitor, DeadWorkerThatReconnectsRejoins) {
+  Monitor monitor(Settings(1, 2));
+  const TimePoint t0 = Monitor::Now();
+  monitor.OnShardStats(ShardZero({Running(0), Running(1)}), At(t0, 0));
+  monitor.Tick(At(t0, 0));
+  monitor.OnShardStats(ShardZero({Running(0), Disconnected(1)}), At(t0, 1));
+  monitor.Tick(At(t0, 1));
+  monitor.OnShardStats(ShardZero({Running(0), Running(1)}), At(t0, 2));
+  monitor.Tick(At(t0, 2));
+  EXPECT_EQ(StateOf(monitor, 1, At(t0, 2)), "running");
+  EXPECT_EQ(EventsWith(AllEvents(monitor, At(t0, 2)), {"worker 1 rejoined"})
+                .size(),
+            1u);
+}
+
+TEST(Monitor, StragglerStaysStragglingForHoldThenRuns) {
+  MonitorOptions options;
+  options.straggler_hold_s = 3.0;
+  Monitor monitor(Settings(1, 3), options);
+  const TimePoint t0 = Monitor::Now();
+  monitor.OnShardStats(
+      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 10)}),
+      At(t0, 0));
+  monitor.Tick(At(t0, 0));
+  ASSERT_EQ(StateOf(monitor, 2, At(t0, 0)), "straggling");
+
+  // It catches up: within the hold it is still a straggler...
+  monitor.OnShardStats(
+      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 100)}),
+      At(t0, 1));
+  monitor.Tick(At(t0, 1));
+  EXPECT_EQ(StateOf(monitor, 2, At(t0, 1)), "straggling");
+  monitor.Tick(At(t0, 2.5));
+  EXPECT_EQ(StateOf(monitor, 2, At(t0, 2.5)), "straggling");
+  // ...and running once it has looked fine for the whole hold.
+  monitor.Tick(At(t0, 3.5));
+  EXPECT_EQ(StateOf(monitor, 2, At(t0, 3.5)), "running");
+
+  auto warnings =
+      EventsWith(AllEvents(monitor, At(t0, 3.5)), {"worker 2", "straggling"});
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].at("level"), "warning");
+}
+
+TEST(Monitor, StragglerHoldCountsFromItsLastStragglingTick) {
+  MonitorOptions options;
+  options.straggler_hold_s = 3.0;
+  Monitor monitor(Settings(1, 3), options);
+  const TimePoint t0 = Monitor::Now();
+  auto slow =
+      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 10)});
+  auto fine =
+      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 100)});
+  monitor.OnShardStats(slow, At(t0, 0));
+  monitor.Tick(At(t0, 0));
+  monitor.OnShardStats(slow, At(t0, 2));
+  monitor.Tick(At(t0, 2));
+  monitor.OnShardStats(fine, At(t0, 3));
+  monitor.Tick(At(t0, 4));
+  // 4 s after it first straggled but only 2 s after it last looked slow.
+  EXPECT_EQ(StateOf(monitor, 2, At(t0, 4)), "straggling");
+  monitor.Tick(At(t0, 5.5));
+  EXPECT_EQ(StateOf(monitor, 2, At(t0, 5.5)), "running");
+}
+
+TEST(Monitor, StragglerWithoutHoldRunsAtOnce) {
+  MonitorOptions options;
+  options.straggler_hold_s = 0;
+  Monitor monitor(Settings(1, 3), options);
+  const TimePoint t0 = Monitor::Now();
+  monitor.OnShardStats(
+      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 10)}),
+      At(t0, 0));
+  monitor.Tick(At(t0, 0));
+  ASSERT_EQ(StateOf(monitor, 2, At(t0, 0)), "straggling");
+  monitor.OnShardStats(
+      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 100)}),
+      At(t0, 0.1));
+  monitor.Tick(At(t0, 0.1));
+  EXPECT_EQ(StateOf(monitor, 2, At(t0, 0.1)), "running");
+}
+
+TEST(Monitor, WorkerLagIsClocksBehindFastestLiveWorker) {
+  Monitor monitor(Settings(1, 3));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats::Worker a = Running(0), b = Running(1), gone = Disconnected(2);
+  a.clock = 12;
+  b.clock = 9;
+  gone.clock = 50;  // not live: neither the fastest nor lagging
+  monitor.OnShardStats(ShardZero({a, b, gone}), At(t0, 0));
+  monitor.Tick(At(t0, 0));
+  json::array workers = Doc(monitor, "workers", At(t0, 0)).as_array();
+  EXPECT_EQ(workers.at(0).at("lag"), 0);
+  EXPECT_EQ(workers.at(1).at("lag"), 3);
+  EXPECT_EQ(workers.at(2).at("lag"), 0);
+}
+
+// ---------------------------------------------------------------------------
+// History
+
+TEST(Monitor, HistoryPointAddedOnlyWhenReportsChange) {
+  Monitor monitor(Settings(1, 3));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats::Worker a = Running(0), b = Running(1), gone = Disconnected(2);
+  a.loss = 0.5f;
+  b.loss = 0.25f;
+  gone.loss = 9;  // not connected: not in the mean
+  ShardStats s = ShardZero({a, b, gone}, /*reports=*/0);
+  s.min_clock = 7;
+
+  monitor.OnShardStats(s, At(t0, 0));
+  monitor.Tick(At(t0, 0));
+  EXPECT_TRUE(Doc(monitor, "history", At(t0, 0)).at("points").as_array()
+                  .empty());
+
+  s.reports = 1;
+  monitor.OnShardStats(s, At(t0, 1));
+  monitor.Tick(At(t0, 1));
+  json::array points =
+      Doc(monitor, "history", At(t0, 1)).at("points").as_array();
+  ASSERT_EQ(points.size(), 1u);
+  EXPECT_EQ(points[0].at("clock"), 7);
+  EXPECT_DOUBLE_EQ(Number(points[0].at("loss")), 0.375);
+  EXPECT_NEAR(Number(points[0].at("t")), 1.0, 0.1);
+
+  // Same figures again, and ticks with none: no new point.
+  monitor.OnShardStats(s, At(t0, 2));
+  monitor.Tick(At(t0, 2));
+  monitor.Tick(At(t0, 3));
+  EXPECT_EQ(Doc(monitor, "history", At(t0, 3)).at("points").as_array().size(),
+            1u);
+
+  s.reports = 2;
+  monitor.OnShardStats(s, At(t0, 4));
+  monitor.Tick(At(t0, 4));
+  EXPECT_EQ(Doc(monitor, "history", At(t0, 4)).at("points").as_array().size(),
+            2u);
+}
+
+TEST(Monitor, HistoryPointCarriesTestAccuracyOnlyWhenNew) {
+  Monitor monitor(Settings(1, 1));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats::Worker w = Running(0);
+  w.test_accuracy = 0.8f;
+  w.test_loss = 0.6f;
+  monitor.OnShardStats(ShardZero({w}, 1), At(t0, 0));
+  monitor.Tick(At(t0, 0));
+  monitor.OnShardStats(ShardZero({w}, 2), At(t0, 1));
+  monitor.Tick(At(t0, 1));
+  json::array points =
+      Doc(monitor, "history", At(t0, 1)).at("points").as_array();
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_NEAR(Number(points[0].at("test_accuracy")), 0.8, 1e-6);
+  EXPECT_TRUE(points[1].at("test_accuracy").is_null());
+  EXPECT_TRUE(points[0].at("loss").is_null());  // no loss reported
+}
+
+TEST(Monitor, TickUpdateCarriesOnlyNewPointsAndEvents) {
+  Monitor monitor(Settings(1, 2));
+  const TimePoint t0 = Monitor::Now();
+  monitor.OnShardStats(ShardZero({Running(0), Running(1)}, 1), At(t0, 0));
+  json::value first = Parse(monitor.Tick(At(t0, 0)));
+  EXPECT_EQ(first.at("type"), "update");
+  EXPECT_EQ(first.at("history").as_array().size(), 1u);
+  EXPECT_EQ(EventsWith(first.at("events").as_array(), {"joined"}).size(), 2u);
+  for (const char* key : {"status", "workers", "shards", "checkpoints"}) {
+    EXPECT_TRUE(first.as_object().contains(key)) << key;
+  }
+
+  json::value second = Parse(monitor.Tick(At(t0, 1)));
+  EXPECT_TRUE(second.at("history").as_array().empty());
+  EXPECT_TRUE(second.at("events").as_array().empty());
+
+  monitor.OnShardStats(ShardZero({Running(0), Disconnected(1)}, 2),
+                       At(t0, 2));
+  json::value third = Parse(monitor.Tick(At(t0, 2)));
+  ASSERT_EQ(third.at("history").as_array().size(), 1u);
+  EXPECT_NEAR(Number(third.at("history").at(0).at("t")), 2.0, 0.1);
+  ASSERT_EQ(third.at("events").as_array().size(), 1u);
+  EXPECT_EQ(EventsWith(third.at("events").as_array(), {"worker 1", "dead"})
+                .size(),
+            1u);
+}
+
+TEST(Monitor, SnapshotHasWholeHistoryEventsAndConfig) {
+  RunSettings settings = Settings(1, 1);
+  settings.seed = 99;
+  Monitor monitor(settings);
+  const TimePoint t0 = Monitor::Now();
+  for (uint64_t r = 1; r <= 3; ++r) {
+    monitor.OnShardStats(ShardZero({Running(0)}, r), At(t0, r));
+    monitor.Tick(At(t0, r));
+  }
+  json::value snapshot = Parse(monitor.Snapshot(At(t0, 4)));
+  EXPECT_EQ(snapshot.at("type"), "snapshot");
+  EXPECT_EQ(snapshot.at("history").as_array().size(), 3u);
+  EXPECT_EQ(EventsWith(snapshot.at("events").as_array(), {"worker 0 joined"})
+                .size(),
+            1u);
+  EXPECT_EQ(snapshot.at("config").at("seed"), 99);
+  for (const char* key : {"status", "workers", "shards", "checkpoints"}) {
+    EXPECT_TRUE(snapshot.as_object().contains(key)) << key;
+  }
+  // The update never carries the config; only the snapshot does.
+  EXPECT_FALSE(Parse(monitor.Tick(At(t0, 5))).as_object().contains("config"));
+}
+
+TEST(Monitor, HistoryThinnedToMaxPointsKeepsItsSpan) {
+  MonitorOptions options;
+  options.max_points = 10;
+  Monitor monitor(Settings(1, 1), options);
+  const TimePoint t0 = Monitor::Now();
+  size_t sent = 0;
+  for (int i = 1; i <= 25; ++i) {
+    ShardStats s = ShardZero({Running(0)}, i);
+    s.min_clock = i;
+    monitor.OnShardStats(s, At(t0, i));
+    sent += Parse(monitor.Tick(At(t0, i))).at("history").as_array().size();
+  }
+  EXPECT_EQ(sent, 25u);  // every point went out once, as it was added
+
+  json::array points =
+      Doc(monitor, "history", At(t0, 26)).at("points").as_array();
+  EXPECT_LE(points.size(), 10u);
+  EXPECT_GE(points.size(), 5u);
+  for (size_t i = 1; i < points.size(); ++i) {
+    EXPECT_LT(Number(points[i - 1].at("t")), Number(points[i].at("t")));
+  }
+  // The earliest and the latest point survive thinning.
+  EXPECT_EQ(points.front().at("clock"), 1);
+  EXPECT_NEAR(Number(points.front().at("t")), 1.0, 0.1);
+  EXPECT_EQ(points.back().at("clock"), 25);
+  EXPECT_NEAR(Number(points.back().at("t")), 25.0, 0.1);
+}
+
+TEST(Monitor, EventsBeyondMaxEventsDropOldestFirst) {
+  MonitorOptions options;
+  options.max_events = 3;
+  Monitor monitor(Settings(1, 1), options);
+  for (int round = 1; round <= 5; ++round) monitor.OnRoundComplete(round, 1);
+  json::array events = AllEvents(monitor, Monitor::Now());
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(EventsWith(events, {"round 3 "}).size(), 1u);
+  EXPECT_EQ(EventsWith(events, {"round 5 "}).size(), 1u);
+  EXPECT_TRUE(EventsWith(events, {"round 2 "}).empty());
+}
+
+// ---------------------------------------------------------------------------
+// Shards
+
+TEST(Monitor, ShardFiguresShowInShardsDocument) {
+  Monitor monitor(Settings(2, 1));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats s;
+  s.shard_id = 1;
+  s.tensors = 4;
+  s.dense_blocks = 2;
+  s.sparse_rows = 17;
+  s.bytes = 1300000;
+  s.pushes = 2000;
+  s.pulls = 2050;
+  s.rejected_pushes = 3;
+  s.waiting_pulls = 1;
+  s.bytes_in = 100000000;
+  s.bytes_out = 90000000;
+  s.min_clock = 120;
+  monitor.OnShardStats(s, At(t0, 0));
+
+  json::array shards = Doc(monitor, "shards", At(t0, 0.5)).as_array();
+  ASSERT_EQ(shards.size(), 2u);
+  EXPECT_EQ(shards[0].at("shard_id"), 0);
+  EXPECT_EQ(shards[0].at("reporting"), false);  // never heard from
+  EXPECT_TRUE(shards[0].at("age_s").is_null());
+  const json::value& one = shards[1];
+  EXPECT_EQ(one.at("shard_id"), 1);
+  EXPECT_EQ(one.at("reporting"), true);
+  EXPECT_NEAR(Number(one.at("age_s")), 0.5, 1e-6);
+  EXPECT_EQ(one.at("tensors"), 4);
+  EXPECT_EQ(one.at("dense_blocks"), 2);
+  EXPECT_EQ(one.at("sparse_rows"), 17);
+  EXPECT_EQ(one.at("bytes"), 1300000);
+  EXPECT_EQ(one.at("pushes"), 2000);
+  EXPECT_EQ(one.at("pulls"), 2050);
+  EXPECT_EQ(one.at("rejected_pushes"), 3);
+  EXPECT_EQ(one.at("waiting_pulls"), 1);
+  EXPECT_EQ(one.at("bytes_in"), 100000000);
+  EXPECT_EQ(one.at("bytes_out"), 90000000);
+  EXPECT_EQ(one.at("min_clock"), 120);
+
+  // Status sums the shards.
+  json::value status = Doc(monitor, "status", At(t0, 0.5));
+  EXPECT_EQ(status.at("pushes"), 2000);
+  EXPECT_EQ(status.at("pulls"), 2050);
+  EXPECT_EQ(status.at("rejected_pushes"), 3);
+
+  const std::string metrics = monitor.Metrics(At(t0, 0.5));
+  EXPECT_EQ(SampleValue(metrics, "tether_shard_pushes_total",
+                        {{"shard", "1"}}),
+            2000);
+  // A shard never heard from has no counters.
+  EXPECT_EQ(SampleValue(metrics, "tether_shard_pushes_total",
+                        {{"shard", "0"}}),
+            std::nullopt);
+}
+
+TEST(Monitor, SilentShardStopsReportingWithOneWarning) {
+  Monitor monitor(Settings(2, 1));  // shard_silent_s = 3
+  const TimePoint t0 = Monitor::Now();
+  ShardStats s1;
+  s1.shard_id = 1;
+  monitor.OnShardStats(ShardZero({Running(0)}), At(t0, 0));
+  monitor.OnShardStats(s1, At(t0, 0));
+  monitor.Tick(At(t0, 2.9));
+  EXPECT_EQ(Doc(monitor, "shards", At(t0, 2.9)).at(1).at("reporting"), true);
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 2.9)).at("shards_reporting"), 2);
+  EXPECT_TRUE(
+      EventsWith(AllEvents(monitor, At(t0, 2.9)), {"stopped reporting"})
+          .empty());
+
+  monitor.Tick(At(t0, 4));
+  monitor.Tick(At(t0, 5));
+  EXPECT_EQ(Doc(monitor, "shards", At(t0, 5)).at(1).at("reporting"), false);
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 5)).at("shards_reporting"), 1);
+  auto warnings = EventsWith(AllEvents(monitor, At(t0, 5)),
+                             {"shard 1 stopped reporting"});
+  ASSERT_EQ(warnings.size(), 1u);  // once, not once per tick
+  EXPECT_EQ(warnings[0].at("level"), "warning");
+  const std::string metrics = monitor.Metrics(At(t0, 5));
+  EXPECT_EQ(SampleValue(metrics, "tether_shard_reporting", {{"shard", "1"}}),
+            0);
+  EXPECT_EQ(SampleValue(metrics, "tether_shard_reporting", {{"shard", "0"}}),
+            1);
+
+  monitor.OnShardStats(s1, At(t0, 6));
+  EXPECT_EQ(Doc(monitor, "shards", At(t0, 6.5)).at(1).at("reporting"), true);
+  auto back = EventsWith(AllEvents(monitor, At(t0, 6.5)),
+                         {"shard 1 is reporting again"});
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].at("level"), "info");
+}
+
+TEST(Monitor, PushRateMeasuredOverAtLeastOneSecond) {
+  Monitor monitor(Settings(2, 1));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats s;
+  s.shard_id = 1;
+  s.pushes = 100;
+  s.bytes_in = 1000;
+  s.bytes_out = 500;
+  monitor.OnShardStats(s, At(t0, 0));
+  // Half a second later: too short to measure, no rate yet.
+  s.pushes = 150;
+  monitor.OnShardStats(s, At(t0, 0.5));
+  EXPECT_EQ(Number(Doc(monitor, "shards", At(t0, 0.5)).at(1).at("pushes_per_s")),
+            0);
+  // Over the two seconds since the first figures.
+  s.pushes = 300;
+  s.bytes_in = 5000;
+  s.bytes_out = 2500;
+  monitor.OnShardStats(s, At(t0, 2));
+  json::value shard = Doc(monitor, "shards", At(t0, 2)).at(1);
+  EXPECT_DOUBLE_EQ(Number(shard.at("pushes_per_s")), 100);
+  EXPECT_DOUBLE_EQ(Number(shard.at("bytes_in_per_s")), 2000);
+  EXPECT_DOUBLE_EQ(Number(shard.at("bytes_out_per_s")), 1000);
+}
+
+// ---------------------------------------------------------------------------
+// Checkpoints
+
+ShardRound Written(int shard, int64_t round, uint64_t bytes, double seconds,
+                   std::string error = "") {
+  ShardRound r;
+  r.shard_id = shard;
+  r.round = round;
+  r.bytes = bytes;
+  r.seconds = seconds;
+  r.error = std::move(error);
+  return r;
+}
+
+TEST(Monitor, RoundEveryShardWroteIsComplete) {
+  RunSettings settings = Settings(2, 1);
+  settings.checkpoint_every = 10;
+  Monitor monitor(settings);
+  const TimePoint now = Monitor::Now();
+  monitor.OnShardRound(Written(0, 10, 1000, 0.04));
+  monitor.OnShardRound(Written(1, 10, 1500, 0.02));
+
+  json::value doc = Doc(monitor, "checkpoints", now);
+  EXPECT_EQ(doc.at("every"), 10);
+  EXPECT_EQ(doc.at("enabled"), true);
+  json::value round = doc.at("rounds").at(0);
+  EXPECT_EQ(round.at("round"), 10);
+  EXPECT_EQ(round.at("status"), "writing");
+  EXPECT_EQ(round.at("shards_written"), 2);
+  EXPECT_TRUE(round.at("finished_unix_ms").is_null());
+
+  monitor.OnRoundComplete(10, 2500);
+  round = Doc(monitor, "checkpoints", now).at("rounds").at(0);
+  EXPECT_EQ(round.at("status"), "complete");
+  EXPECT_EQ(round.at("bytes"), 2500);
+  EXPECT_DOUBLE_EQ(Number(round.at("seconds")), 0.04);  // the slowest shard
+  EXPECT_EQ(round.at("error"), "");
+  EXPECT_GT(Number(round.at("finished_unix_ms")), 1.6e12);
+  EXPECT_EQ(EventsWith(AllEvents(monitor, now),
+                       {"checkpoint round 10 complete", "2500 bytes"})
+                .size(),
+            1u);
+
+  const std::string metrics = monitor.Metrics(now);
+  EXPECT_EQ(SampleValue(metrics, "tether_checkpoint_rounds_total",
+                        {{"status", "complete"}}),
+            1);
+  EXPECT_EQ(SampleValue(metrics, "tether_checkpoint_rounds_total",
+                        {{"status", "failed"}}),
+            0);
+  EXPECT_EQ(SampleValue(metrics, "tether_checkpoint_write_seconds_count",
+                        {{"shard", "1"}}),
+            1);
+  EXPECT_DOUBLE_EQ(*SampleValue(metrics, "tether_checkpoint_write_seconds_sum",
+                                {{"shard", "1"}}),
+                   0.02);
+}
+
+TEST(Monitor, RoundsListedNewestFirst) {
+  Monitor monitor(Settings(1, 1));
+  monitor.OnRoundComplete(10, 1);
+  monitor.OnRoundComplete(20, 1);
+  json::array rounds =
+      Doc(monitor, "checkpoints", Monitor::Now()).at("rounds").as_array();
+  ASSERT_EQ(rounds.size(), 2u);
+  EXPECT_EQ(rounds[0].at("round"), 20);
+  EXPECT_EQ(rounds[1].at("round"), 10);
+}
+
+TEST(Monitor, FailedShardRoundFailsRoundWithError) {
+  RunSettings settings = Settings(2, 1);
+  settings.checkpoint_every = 10;
+  Monitor monitor(settings);
+  const TimePoint now = Monitor::Now();
+  monitor.OnShardRound(Written(0, 20, 1000, 0.02));
+  monitor.OnShardRound(Written(1, 20, 0, 0.01, "disk full"));
+
+  json::value round = Doc(monitor, "checkpoints", now).at("rounds").at(0);
+  EXPECT_EQ(round.at("round"), 20);
+  EXPECT_EQ(round.at("status"), "failed");
+  const std::string error(round.at("error").as_string());
+  EXPECT_NE(error.find("disk full"), std::string::npos) << error;
+  EXPECT_NE(error.find("shard 1"), std::string::npos) << error;
+  EXPECT_FALSE(round.at("finished_unix_ms").is_null());
+
+  // A second shard failing the same round is still one failed round.
+  monitor.OnShardRound(Written(0, 20, 0, 0.01, "also broken"));
+  EXPECT_EQ(Doc(monitor, "checkpoints", now).at("rounds").at(0).at("status"),
+            "failed");
+
+  auto events = EventsWith(AllEvents(monitor, now),
+                           {"checkpoint round 20 failed", "disk full"});
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].at("level"), "error");
+
+  const std::string metrics = monitor.Metrics(now);
+  EXPECT_NE(metrics.find("\ntether_checkpoint_rounds_total{status=\"failed\"} "
+                         "1\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_EQ(SampleValue(metrics, "tether_checkpoint_rounds_total",
+                        {{"status", "complete"}}),
+            0);
+}
+
+TEST(Monitor, CheckpointsDisabledWithoutEveryOrResume) {
+  Monitor off(Settings(1, 1));
+  json::value doc = Doc(off, "checkpoints", Monitor::Now());
+  EXPECT_EQ(doc.at("enabled"), false);
+  EXPECT_TRUE(doc.at("resumed_from").is_null());
+
+  RunSettings resumed = Settings(1, 1);
+  resumed.resume_round = 40;
+  Monitor on(resumed);
+  doc = Doc(on, "checkpoints", Monitor::Now());
+  EXPECT_EQ(doc.at("enabled"), true);
+  EXPECT_EQ(doc.at("resumed_from"), 40);
+}
+
+// ---------------------------------------------------------------------------
+// Metrics
+
+// A monitor with something in every family: workers in several states, two
+// shards with staleness histograms, checkpoint rounds, dashboard clients.
+// `diverged`: worker 1's loss is +inf.
+Monitor& Busy(Monitor& monitor, TimePoint t0, bool diverged = false) {
+  ShardStats::Worker a = Running(0, 0.6f, 100), b = Running(1, 0.6f, 100),
+                     c = Running(2, 0.05f, 100), d = Running(3);
+  a.loss = 0.5f;
+  a.test_accuracy = 0.9f;
+  b.loss = diverged ? std::numeric_limits<float>::infinity() : 0.75f;
+  c.host = "box \"quoted\"\\";
+  c.samples = 1234;
+  ShardStats s0 = ShardZero({a, b, c, d}, 1);
+  s0.staleness_histogram = {5, 3, 0, 0, 1};
+  s0.staleness_sum = 7;
+  s0.pushes = 10;
+  monitor.OnShardStats(s0, At(t0, 0));
+  monitor.Tick(At(t0, 0));
+  d.connected = false;
+  s0.workers[3] = d;
+  s0.reports = 2;
+  monitor.OnShardStats(s0, At(t0, 1));
+  ShardStats s1;
+  s1.shard_id = 1;
+  s1.staleness_histogram = {1, 1, 0};
+  s1.staleness_sum = 1;
+  s1.pushes = 3;
+  monitor.OnShardStats(s1, At(t0, 1));
+  monitor.OnShardRound(Written(0, 10, 100, 0.5));
+  monitor.OnShardRound(Written(1, 10, 100, 0.25));
+  monitor.OnRoundComplete(10, 200);
+  monitor.OnShardRound(Written(1, 20, 0, 0.1, "disk full"));
+  monitor.SetDashboardClients(2, 1);
+  monitor.Tick(At(t0, 1));
+  return monitor;
+}
+
+TEST(Monitor, MetricsIsValidExposition) {
+  Monitor monitor(Settings(2, 4));
+  const TimePoint t0 = Monitor::Now();
+  Busy(monitor, t0, /*diverged=*/true);
+  const std::string metrics = monitor.Metrics(At(t0, 1.5));
+  EXPECT_EQ(CheckExposition(metrics), "") << metrics;
+  // A diverged worker's loss is +Inf, which the format allows.
+  EXPECT_EQ(SampleValue(metrics, "tether_worker_loss", {{"rank", "1"}}),
+            std::numeric_limits<double>::infinity());
+  EXPECT_EQ(SampleValue(metrics, "tether_workers", {{"state", "straggling"}}),
+            1);
+  EXPECT_EQ(SampleValue(metrics, "tether_workers", {{"state", "dead"}}), 1);
+  EXPECT_EQ(SampleValue(metrics, "tether_worker_samples_total",
+                        {{"rank", "2"}}),
+            1234);
+  EXPECT_EQ(SampleValue(metrics, "tether_dashboard_clients"), 2);
+  EXPECT_EQ(SampleValue(metrics, "tether_dashboard_dropped_clients_total"), 1);
+  EXPECT_NEAR(*SampleValue(metrics, "tether_uptime_seconds"), 1.5, 0.1);
+}
+
+TEST(Monitor, MetricsOfFreshMonitorIsValidExposition) {
+  Monitor monitor(Settings(3, 2));
+  const std::string metrics = monitor.Metrics();
+  EXPECT_EQ(CheckExposition(metrics), "") << metrics;
+  EXPECT_EQ(SampleValue(metrics, "tether_push_staleness_bucket",
+                        {{"le", "+Inf"}}),
+            0);
+  EXPECT_EQ(SampleValue(metrics, "tether_workers", {{"state", "joining"}}), 2);
+}
+
+TEST(Monitor, StalenessHistogramSumsShards) {
+  Monitor monitor(Settings(2, 4));
+  const TimePoint t0 = Monitor::Now();
+  Busy(monitor, t0);  // shard 0: [5,3,0,0,1] sum 7; shard 1: [1,1,0] sum 1
+  const std::string metrics = monitor.Metrics(At(t0, 1));
+  auto bucket = [&](const std::string& le) {
+    return SampleValue(metrics, "tether_push_staleness_bucket", {{"le", le}});
+  };
+  EXPECT_EQ(bucket("0"), 6);
+  EXPECT_EQ(bucket("1"), 10);
+  EXPECT_EQ(bucket("2"), 10);
+  EXPECT_EQ(bucket("3"), 10);
+  // The last bucket is "4 or more": it has no finite bound.
+  EXPECT_EQ(bucket("4"), std::nullopt);
+  EXPECT_EQ(bucket("+Inf"), 11);
+  EXPECT_EQ(SampleValue(metrics, "tether_push_staleness_count"), 11);
+  EXPECT_EQ(SampleValue(metrics, "tether_push_staleness_sum"), 8);
+
+  json::value status = Doc(monitor, "status", At(t0, 1));
+  EXPECT_EQ(json::serialize(status.at("staleness_histogram")), "[6,4,0,0,1]");
+}
+
+// The checker must reject what it is meant to catch, or the tests above
+// prove nothing.
+TEST(PrometheusCheck, AcceptsWellFormedExposition) {
+  const std::string text =
+      "# HELP a_total Things.\n# TYPE a_total counter\na_total 3\n"
+      "# TYPE g gauge\ng{x=\"q\\\"\\\\\\n\"} -1.5e3\ng{x=\"y\"} NaN\n"
+      "# TYPE h histogram\nh_bucket{le=\"0\"} 1\nh_bucket{le=\"+Inf\"} 2\n"
+      "h_sum 4\nh_count 2\n"
+      "# TYPE s summary\ns_sum{shard=\"0\"} 0.5\ns_count{shard=\"0\"} 1\n"
+      "s{quantile=\"0.5\"} +Inf\n";
+  EXPECT_EQ(CheckExposition(text), "");
+  EXPECT_EQ(SampleValue(text, "g", {{"x", "q\"\\\n"}}), -1500);
+  EXPECT_TRUE(std::isnan(*SampleValue(text, "g", {{"x", "y"}})));
+  EXPECT_EQ(SampleValue(text, "s", {{"quantile", "0.5"}}),
+            std::numeric_limits<double>::infinity());
+  EXPECT_EQ(SampleValue(text, "g"), std::nullopt);  // labels must match
+}
+
+TEST(PrometheusCheck, RejectsMalformedExposition) {
+  struct Case {
+    const char* why;
+    const char* text;
+  };
+  const Case cases[] = {
+      {"no TYPE", "a 1\n"},
+      {"TYPE after sample", "a 1\n# TYPE a gauge\n"},
+      {"second TYPE", "# TYPE a gauge\na 1\n# TYPE a gauge\n"},
+      {"unknown type", "# TYPE a meter\na 1\n"},
+      {"bad value", "# TYPE a gauge\na 0x1\n"},
+      {"bad value inf", "# TYPE a gauge\na Inf\n"},
+      {"no value", "# TYPE a gauge\na\n"},
+      {"bad label", "# TYPE a gauge\na{1x=\"y\"} 1\n"},
+      {"unquoted label", "# TYPE a gauge\na{x=y} 1\n"},
+      {"bad escape", "# TYPE a gauge\na{x=\"\\t\"} 1\n"},
+      {"duplicate series", "# TYPE a gauge\na{x=\"1\"} 1\na{x=\"1\"} 2\n"},
+      {"split family", "# TYPE a gauge\n# TYPE b gauge\na 1\n"},
+      {"negative counter", "# TYPE a counter\na -1\n"},
+      {"no newline at end", "# TYPE a gauge\na 1"},
+      {"buckets decrease",
+       "# TYPE h histogram\nh_bucket{le=\"0\"} 2\nh_bucket{le=\"1\"} 1\n"
+       "h_bucket{le=\"+Inf\"} 2\nh_count 2\n"},
+      {"+Inf differs from count",
+       "# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_count 3\n"},
+      {"no +Inf bucket", "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_count 2\n"},
+      {"bucket without le", "# TYPE h histogram\nh_bucket 2\n"},
+      {"histogram without suffix", "# TYPE h histogram\nh 2\n"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_NE(CheckExposition(c.text), "") << c.why << ":\n" << c.text;
+  }
+  EXPECT_EQ(CheckExposition("# TYPE a gauge\na 1\nb 2\n").substr(0, 7),
+            "line 3:");
+}
+
+// ---------------------------------------------------------------------------
+// Documents
+
+TEST(Monitor, UnknownDocumentIsNullopt) {
+  Monitor monitor(Settings(1, 1));
+  EXPECT_EQ(monitor.Document("nope"), std::nullopt);
+  EXPECT_EQ(monitor.Document(""), std::nullopt);
+  EXPECT_EQ(monitor.Document("status/"), std::nullopt);
+  EXPECT_NE(monitor.Document("status"), std::nullopt);
+}
+
+TEST(Monitor, EveryDocumentHasDocumentedKeys) {
+  RunSettings settings = Settings(2, 4);
+  settings.checkpoint_every = 10;
+  Monitor monitor(settings);
+  const TimePoint t0 = Monitor::Now();
+  Busy(monitor, t0);
+  const TimePoint now = At(t0, 2);
+
+  ExpectKeys(Doc(monitor, "status", now),
+             {"state", "uptime_s", "started_unix_ms", "shards",
+              "shards_reporting", "workers", "workers_live", "staleness",
+              "min_clock", "max_clock", "samples", "samples_per_s", "loss",
+              "test_accuracy", "pushes", "pulls", "rejected_pushes",
+              "staleness_histogram", "dashboard_clients"},
+             "status");
+
+  json::value workers = Doc(monitor, "workers", now);
+  ASSERT_EQ(workers.as_array().size(), 4u);
+  for (const json::value& w : workers.as_array()) {
+    ExpectKeys(w,
+               {"rank", "host", "device", "state", "clock", "lag",
+                "staleness_bound", "epoch", "samples", "samples_per_s", "loss",
+                "test_accuracy"},
+               "worker");
+  }
+
+  json::value shards = Doc(monitor, "shards", now);
+  ASSERT_EQ(shards.as_array().size(), 2u);
+  for (const json::value& s : shards.as_array()) {
+    ExpectKeys(s,
+               {"shard_id", "reporting", "age_s", "tensors", "dense_blocks",
+                "sparse_rows", "bytes", "pushes", "pulls", "rejected_pushes",
+                "waiting_pulls", "bytes_in", "bytes_out", "pushes_per_s",
+                "bytes_in_per_s", "bytes_out_per_s", "min_clock"},
+               "shard");
+  }
+
+  json::value checkpoints = Doc(monitor, "checkpoints", now);
+  ExpectKeys(checkpoints, {"every", "enabled", "rounds"}, "checkpoints");
+  ASSERT_EQ(checkpoints.at("rounds").as_array().size(), 2u);
+  for (const json::value& r : checkpoints.at("rounds").as_array()) {
+    ExpectKeys(r,
+               {"round", "status", "finished_unix_ms", "bytes", "seconds",
+                "shards_written", "error"},
+               "round");
+  }
+
+  json::value config = Doc(monitor, "config", now);
+  ExpectKeys(config,
+             {"seed", "shards", "workers", "max_staleness", "reject_staleness",
+              "block_size", "checkpoint_every", "resume_round", "optimizer",
+              "lr", "momentum", "beta1", "beta2", "epsilon", "seeds",
+              "command"},
+             "config");
+  ExpectKeys(config.at("seeds"), {"run", "initial_values", "data_order"},
+             "seeds");
+
+  json::value history = Doc(monitor, "history", now);
+  ExpectKeys(history, {"points"}, "history");
+  ASSERT_FALSE(history.at("points").as_array().empty());
+  for (const json::value& p : history.at("points").as_array()) {
+    ExpectKeys(p, {"t", "clock", "loss", "test_accuracy", "samples_per_s"},
+               "point");
+  }
+
+  json::value events = Doc(monitor, "events", now);
+  ExpectKeys(events, {"events"}, "events");
+  ASSERT_FALSE(events.at("events").as_array().empty());
+  for (const json::value& e : events.at("events").as_array()) {
+    ExpectKeys(e, {"t", "level", "text"}, "event");
+    const std::string level(e.at("level").as_string());
+    EXPECT_TRUE(level == "info" || level == "warning" || level == "error")
+        << level;
+  }
+}
+
+TEST(Monitor, StatusSummarizesRun) {
+  Monitor monitor(Settings(1, 3));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats::Worker a = Running(0, 0, 100), b = Running(1, 0, 50);
+  a.clock = 12;
+  b.clock = 10;
+  a.samples = 1000;
+  b.samples = 500;
+  a.loss = 0.5f;
+  b.loss = 0.25f;
+  ShardStats s = ShardZero({a, b, Disconnected(2)});
+  s.min_clock = 10;
+  monitor.OnShardStats(s, At(t0, 0));
+  monitor.Tick(At(t0, 0));
+  json::value status = Doc(monitor, "status", At(t0, 0));
+  EXPECT_EQ(status.at("state"), "waiting");  // worker 2 never joined
+  EXPECT_EQ(status.at("workers"), 3);
+  EXPECT_EQ(status.at("workers_live"), 2);
+  EXPECT_EQ(status.at("min_clock"), 10);
+  EXPECT_EQ(status.at("max_clock"), 12);
+  EXPECT_EQ(status.at("samples"), 1500);
+  EXPECT_DOUBLE_EQ(Number(status.at("samples_per_s")), 150);
+  EXPECT_DOUBLE_EQ(Number(status.at("loss")), 0.375);
+  EXPECT_TRUE(status.at("test_accuracy").is_null());
+
+  s.workers[2] = Running(2);
+  monitor.OnShardStats(s, At(t0, 1));
+  monitor.Tick(At(t0, 1));
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 1)).at("state"), "running");
+
+  for (auto& w : s.workers) w.done = true;
+  monitor.OnShardStats(s, At(t0, 2));
+  monitor.Tick(At(t0, 2));
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 2)).at("state"), "finished");
+}
+
+// ---------------------------------------------------------------------------
+// Config and the command that reproduces the run
+
+TEST(ReproduceCommand, HasTheRunSettings) {
+  RunSettings s = Settings(3, 4);
+  s.seed = 42;
+  s.optimizer.kind = OptimizerKind::kAdam;
+  s.optimizer.lr = 0.001f;
+  s.max_staleness = 2;
+  const std::string command = ReproduceCommand(s);
+  EXPECT_EQ(command.rfind("tether-server ", 0), 0u) << command;
+  EXPECT_EQ(FlagValue(command, "--seed"), "42") << command;
+  EXPECT_EQ(FlagValue(command, "--shards"), "3") << command;
+  EXPECT_EQ(FlagValue(command, "--workers"), "4") << command;
+  EXPECT_EQ(FlagValue(command, "--lr"), "0.001") << command;
+  EXPECT_EQ(FlagValue(command, "--optimizer"), "adam") << command;
+  EXPECT_EQ(FlagValue(command, "--max-staleness"), "2") << command;
+  EXPECT_EQ(FlagValue(command, "--beta2"), "0.999") << command;
+  EXPECT_EQ(FlagValue(command, "--shard-id"), "0") << command;
+  EXPECT_EQ(command.find("--checkpoint-every"), std::string::npos) << command;
+
+  s.checkpoint_every = 50;
+  EXPECT_EQ(FlagValue(ReproduceCommand(s), "--checkpoint-every"), "50");
+}
+
+TEST(Monitor, ConfigShowsSettingsAsTyped) {
+  RunSettings s = Settings(3, 4);
+  s.seed = 42;
+  s.optimizer.lr = 0.001f;
+  s.optimizer.epsilon = 1e-8f;
+  Monitor monitor(s);
+  json::value config = Doc(monitor, "config", Monitor::Now());
+  EXPECT_EQ(config.at("seed"), 42);
+  EXPECT_EQ(config.at("seeds").at("run"), 42);
+  EXPECT_EQ(config.at("shards"), 3);
+  EXPECT_EQ(config.at("workers"), 4);
+  EXPECT_EQ(config.at("optimizer"), "sgd");
+  // 0.001, not the float's 0.0010000000474974513.
+  EXPECT_EQ(Number(config.at("lr")), 0.001);
+  EXPECT_EQ(Number(config.at("epsilon")), 1e-8);
+  EXPECT_EQ(std::string(config.at("command").as_string()), ReproduceCommand(s));
+}
+
+// ---------------------------------------------------------------------------
+// Known bugs (see the report that came with this file); enable once fixed.
+
+// ReproduceCommand streams the float through an ostream at the default
+// 6 significant digits, so a 7-digit rate comes back as another float.
+TEST(ReproduceCommand, DISABLED_FloatSettingsRoundTrip) {
+  RunSettings s;
+  for (float lr : {0.0001234567f, 0.1234567f, 3.3333333e-4f}) {
+    s.optimizer.lr = lr;
+    const std::string text = FlagValue(ReproduceCommand(s), "--lr");
+    EXPECT_EQ(static_cast<float>(std::strtod(text.c_str(), nullptr)), lr)
+        << text;
+  }
+}
+
+// A diverged worker (loss +inf) makes the status "loss" Infinity, which is
+// not JSON: the status document and every WebSocket update stop parsing.
+TEST(Monitor, DISABLED_StatusIsJsonWhenLossIsInfinite) {
+  Monitor monitor(Settings(1, 1));
+  ShardStats::Worker w = Running(0);
+  w.loss = std::numeric_limits<float>::infinity();
+  monitor.OnShardStats(ShardZero({w}, 1));
+  boost::system::error_code ec;
+  json::parse(monitor.Tick(), ec);
+  EXPECT_FALSE(ec) << ec.message();
+  json::value status = json::parse(*monitor.Document("status"), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_TRUE(status.at("loss").is_null());
+}
+
+// An event added between ticks (a checkpoint round) is in the snapshot a
+// client gets on connecting and again in the next update it receives.
+TEST(Monitor, DISABLED_EventBetweenTicksReachesNewClientOnce) {
+  Monitor monitor(Settings(1, 1));
+  monitor.Tick();
+  monitor.OnRoundComplete(10, 100);
+  json::value snapshot = Parse(monitor.Snapshot());   // a client connects
+  json::value update = Parse(monitor.Tick());         // its next message
+  size_t seen =
+      EventsWith(snapshot.at("events").as_array(), {"round 10 complete"})
+          .size() +
+      EventsWith(update.at("events").as_array(), {"round 10 complete"}).size();
+  EXPECT_EQ(seen, 1u);
+}
+
+}  // namespace
+}  // namespace tether
