@@ -42,10 +42,10 @@ void Checkpointer::Loop() {
     TETHER_LOG(kInfo) << "writing checkpoint round " << snapshot.round;
     const auto start = std::chrono::steady_clock::now();
     Result<uint64_t> written = store_->WriteShard(snapshot);
-    done_(snapshot.round, written,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                        start)
-              .count());
+    done_(
+        snapshot.round, written,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
     std::lock_guard lock(mu_);
     busy_ = false;
   }

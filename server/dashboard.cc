@@ -79,8 +79,7 @@ void Dashboard::Tick() {
 HttpResponse Dashboard::CheckpointNow() {
   auto round = coordinator_->CheckpointNow();
   if (!round.ok()) return Error(503, round.status().message());
-  TETHER_LOG(kInfo) << "dashboard: checkpoint round " << *round
-                    << " requested";
+  TETHER_LOG(kInfo) << "dashboard: checkpoint round " << *round << " requested";
   return Json(202, {{"round", *round}});
 }
 
@@ -91,8 +90,8 @@ HttpResponse Dashboard::Handle(const HttpRequest& request) {
     if (request.method != "POST") return MethodNotAllowed(request, "POST");
     // A page on another site must not make the cluster do things.
     if (!request.origin.empty() && request.origin != "http://" + request.host) {
-      return Error(403, "cross-origin request from " + request.origin +
-                            " refused");
+      return Error(403,
+                   "cross-origin request from " + request.origin + " refused");
     }
     return CheckpointNow();
   }
@@ -107,7 +106,8 @@ HttpResponse Dashboard::Handle(const HttpRequest& request) {
     return r;
   }
   if (path.starts_with(kApi)) {
-    std::optional<std::string> doc = monitor_.Document(path.substr(kApi.size()));
+    std::optional<std::string> doc =
+        monitor_.Document(path.substr(kApi.size()));
     if (!doc) return Error(404, "no such document: " + path);
     if (!get) return MethodNotAllowed(request, "GET");
     HttpResponse r;

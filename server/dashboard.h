@@ -24,8 +24,8 @@ namespace tether {
 class Dashboard {
  public:
   // `shard` and `coordinator` (shard 0's) must outlive the dashboard.
-  Dashboard(boost::asio::io_context& io, DashboardOptions options,
-            Shard* shard, Coordinator* coordinator);
+  Dashboard(boost::asio::io_context& io, DashboardOptions options, Shard* shard,
+            Coordinator* coordinator);
   ~Dashboard();
 
   // Binds --http and starts the updates; kUnavailable naming the address.

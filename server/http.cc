@@ -97,17 +97,19 @@ class HttpServer::Impl::WebSocketSession
     websocket::stream_base::timeout timeout{};
     timeout.handshake_timeout =
         std::chrono::milliseconds(server_->options.timeout_ms);
-    timeout.idle_timeout = std::chrono::milliseconds(server_->options.timeout_ms);
+    timeout.idle_timeout =
+        std::chrono::milliseconds(server_->options.timeout_ms);
     timeout.keep_alive_pings = true;
     ws_.set_option(timeout);
     ws_.read_message_max(server_->options.ws_message_limit);
-    ws_.set_option(websocket::stream_base::decorator(
-        [](websocket::response_type& res) {
+    ws_.set_option(
+        websocket::stream_base::decorator([](websocket::response_type& res) {
           res.set(http::field::server, "tether");
         }));
-    ws_.async_accept(request, [self = shared_from_this()](beast::error_code ec) {
-      self->OnAccept(ec);
-    });
+    ws_.async_accept(request,
+                     [self = shared_from_this()](beast::error_code ec) {
+                       self->OnAccept(ec);
+                     });
   }
 
   // Any thread; the message goes out in the order of Send calls.
@@ -137,19 +139,19 @@ class HttpServer::Impl::WebSocketSession
   }
 
   void DoRead() {
-    ws_.async_read(in_, [self = shared_from_this()](beast::error_code ec,
-                                                    size_t) {
-      if (ec == beast::error::timeout) {
-        // It stopped answering pings: a browser gone, or one not reading.
-        ++self->server_->dropped;
-        return self->Fail("dropped: silent for --http-timeout-ms");
-      }
-      if (ec) return self->Fail(ec == websocket::error::closed
-                                    ? ""
-                                    : "read: " + ec.message());
-      self->in_.consume(self->in_.size());  // browsers have nothing to say
-      self->DoRead();
-    });
+    ws_.async_read(
+        in_, [self = shared_from_this()](beast::error_code ec, size_t) {
+          if (ec == beast::error::timeout) {
+            // It stopped answering pings: a browser gone, or one not reading.
+            ++self->server_->dropped;
+            return self->Fail("dropped: silent for --http-timeout-ms");
+          }
+          if (ec)
+            return self->Fail(
+                ec == websocket::error::closed ? "" : "read: " + ec.message());
+          self->in_.consume(self->in_.size());  // browsers have nothing to say
+          self->DoRead();
+        });
   }
 
   void Enqueue(std::shared_ptr<const std::string> message) {
@@ -195,8 +197,8 @@ class HttpServer::Impl::WebSocketSession
   std::string peer_ = [this] {
     beast::error_code ec;
     auto ep = beast::get_lowest_layer(ws_).socket().remote_endpoint(ec);
-    return ec ? std::string("?") : ep.address().to_string() + ":" +
-                                       std::to_string(ep.port());
+    return ec ? std::string("?")
+              : ep.address().to_string() + ":" + std::to_string(ep.port());
   }();
 };
 
@@ -216,15 +218,14 @@ class HttpSession : public Closable,
         slot_(std::make_unique<Slot>(&server_->connections)) {}
 
   void Start(bool over_capacity) {
-    asio::dispatch(stream_.get_executor(),
-                   [self = shared_from_this(), over_capacity] {
-                     if (over_capacity) {
-                       return self->Answer(
-                           503, "too many dashboard clients (--http-max-clients)",
-                           false);
-                     }
-                     self->DoRead();
-                   });
+    asio::dispatch(
+        stream_.get_executor(), [self = shared_from_this(), over_capacity] {
+          if (over_capacity) {
+            return self->Answer(
+                503, "too many dashboard clients (--http-max-clients)", false);
+          }
+          self->DoRead();
+        });
   }
 
   void Close() override {
@@ -241,7 +242,8 @@ class HttpSession : public Closable,
     parser_->header_limit(
         static_cast<std::uint32_t>(server_->options.header_limit));
     parser_->body_limit(server_->options.body_limit);
-    stream_.expires_after(std::chrono::milliseconds(server_->options.timeout_ms));
+    stream_.expires_after(
+        std::chrono::milliseconds(server_->options.timeout_ms));
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) {
                        self->OnRead(ec);
@@ -317,7 +319,8 @@ class HttpSession : public Closable,
     res->body() = answer.body;
     res->keep_alive(keep_alive);
     res->prepare_payload();
-    stream_.expires_after(std::chrono::milliseconds(server_->options.timeout_ms));
+    stream_.expires_after(
+        std::chrono::milliseconds(server_->options.timeout_ms));
     http::async_write(stream_, *res,
                       [self = shared_from_this(), res, keep_alive](
                           beast::error_code ec, size_t) {
@@ -355,7 +358,8 @@ void HttpServer::Impl::DoAccept() {
         if (ec) {
           TETHER_LOG(kWarning) << "dashboard: accept failed: " << ec.message();
         } else {
-          const bool over = self->connections.load() >= self->options.max_clients;
+          const bool over =
+              self->connections.load() >= self->options.max_clients;
           auto session = std::make_shared<HttpSession>(self, std::move(socket));
           self->Track(session);
           session->Start(over);
@@ -399,8 +403,7 @@ Status HttpServer::Start() {
                        " (--http 127.0.0.1:0 picks a free port, --http off "
                        "serves no dashboard)");
   }
-  impl_->address =
-      HostPort{listen->host, a.local_endpoint().port()}.ToString();
+  impl_->address = HostPort{listen->host, a.local_endpoint().port()}.ToString();
   impl_->DoAccept();
   return Status::Ok();
 }

@@ -9,11 +9,11 @@ namespace tether {
 
 struct HttpOptions {
   std::string listen = "127.0.0.1:8080";  // HOST:PORT; port 0: any free one
-  int max_clients = 128;           // HTTP and WebSocket connections at once
-  int timeout_ms = 10000;          // to read one request, or write one answer
-  uint64_t header_limit = 8192;    // bytes of request line and headers
-  uint64_t body_limit = 65536;     // bytes of request body
-  int ws_queue = 32;               // WebSocket messages waiting, at most
+  int max_clients = 128;             // HTTP and WebSocket connections at once
+  int timeout_ms = 10000;            // to read one request, or write one answer
+  uint64_t header_limit = 8192;      // bytes of request line and headers
+  uint64_t body_limit = 65536;       // bytes of request body
+  int ws_queue = 32;                 // WebSocket messages waiting, at most
   uint32_t ws_message_limit = 4096;  // bytes of a message from a browser
 };
 

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iomanip>
 #include <sstream>
 
 #include "schema/log.h"
@@ -21,11 +23,16 @@ double Median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+// The shortest text that reads back as `value` exactly.
+std::string FloatText(float value) {
+  char text[32];
+  auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  return std::string(text, end);
+}
+
 // A float as the decimal it was meant to be (0.001, not 0.0010000000475).
 double Decimal(float value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.7g", static_cast<double>(value));
-  return std::strtod(text, nullptr);
+  return std::strtod(FloatText(value).c_str(), nullptr);
 }
 
 // A float figure where negative means "not known" (loss, accuracy).
@@ -74,7 +81,7 @@ class Exposition {
     } else if (value == std::floor(value) && std::fabs(value) < 1e15) {
       out_ << static_cast<int64_t>(value);
     } else {
-      out_ << value;
+      out_ << std::setprecision(17) << value;
     }
     out_ << '\n';
   }
@@ -154,16 +161,16 @@ std::vector<WorkerState> ClassifyWorkers(
 
 std::string ReproduceCommand(const RunSettings& s) {
   std::ostringstream out;
-  out << "tether-server --shard-id 0 --shards " << s.num_shards
-      << " --workers " << s.num_workers << " --seed " << s.seed
-      << " --max-staleness " << s.max_staleness << " --reject-staleness "
-      << s.reject_staleness << " --block-size " << s.block_size
-      << " --optimizer " << OptimizerName(s.optimizer.kind);
-  out << " --lr " << Decimal(s.optimizer.lr) << " --momentum "
-      << Decimal(s.optimizer.momentum) << " --beta1 "
-      << Decimal(s.optimizer.beta1) << " --beta2 "
-      << Decimal(s.optimizer.beta2) << " --epsilon "
-      << Decimal(s.optimizer.epsilon);
+  out << "tether-server --shard-id 0 --shards " << s.num_shards << " --workers "
+      << s.num_workers << " --seed " << s.seed << " --max-staleness "
+      << s.max_staleness << " --reject-staleness " << s.reject_staleness
+      << " --block-size " << s.block_size << " --optimizer "
+      << OptimizerName(s.optimizer.kind);
+  out << " --lr " << FloatText(s.optimizer.lr) << " --momentum "
+      << FloatText(s.optimizer.momentum) << " --beta1 "
+      << FloatText(s.optimizer.beta1) << " --beta2 "
+      << FloatText(s.optimizer.beta2) << " --epsilon "
+      << FloatText(s.optimizer.epsilon);
   if (s.checkpoint_every > 0) {
     out << " --checkpoint-every " << s.checkpoint_every << " --data-dir DIR";
   }
@@ -197,9 +204,9 @@ void Monitor::OnShardStats(const ShardStats& stats, TimePoint now) {
     shard.rate_in = stats.bytes_in;
     shard.rate_out = stats.bytes_out;
   } else if (shard.silent_logged) {
-    AddEventLocked(Seconds(now), "info",
-                   "shard " + std::to_string(stats.shard_id) +
-                       " is reporting again");
+    AddEventLocked(
+        Seconds(now), "info",
+        "shard " + std::to_string(stats.shard_id) + " is reporting again");
     shard.silent_logged = false;
   }
   shard.seen = true;
@@ -226,6 +233,10 @@ void Monitor::OnShardRound(const ShardRound& written) {
   std::lock_guard lock(mu_);
   const double t = Seconds(Now());
   RoundView& round = rounds_[written.round];
+  // Rounds are few (one every --checkpoint-every clocks); keep the last 50.
+  while (rounds_.size() > 50 && rounds_.begin()->first != written.round) {
+    rounds_.erase(rounds_.begin());
+  }
   if (written.shard_id >= 0 &&
       written.shard_id < static_cast<int>(shards_.size())) {
     ShardView& shard = shards_[written.shard_id];
@@ -233,10 +244,11 @@ void Monitor::OnShardRound(const ShardRound& written) {
     ++shard.writes;
   }
   if (!written.error.empty()) {
-    if (round.status != "failed") ++rounds_failed_;
+    if (round.status == "failed") return;  // the first error is the cause
+    ++rounds_failed_;
     round.status = "failed";
-    round.error = "shard " + std::to_string(written.shard_id) + ": " +
-                  written.error;
+    round.error =
+        "shard " + std::to_string(written.shard_id) + ": " + written.error;
     round.finished_unix_ms = UnixMs();
     AddEventLocked(t, "error",
                    "checkpoint round " + std::to_string(written.round) +
@@ -246,8 +258,6 @@ void Monitor::OnShardRound(const ShardRound& written) {
   ++round.shards_written;
   round.bytes += written.bytes;
   round.seconds = std::max(round.seconds, written.seconds);
-  // Rounds are few (one every --checkpoint-every clocks); keep the last 50.
-  while (rounds_.size() > 50) rounds_.erase(rounds_.begin());
 }
 
 void Monitor::OnRoundComplete(int64_t round, uint64_t bytes) {
@@ -317,8 +327,8 @@ void Monitor::UpdateWorkersLocked(double t) {
         break;
       case WorkerState::kStraggling:
         AddEventLocked(t, "warning",
-                       name + " is straggling (" +
-                           std::to_string(lags_[i]) + " clocks behind)");
+                       name + " is straggling (" + std::to_string(lags_[i]) +
+                           " clocks behind)");
         break;
       case WorkerState::kFinished:
         AddEventLocked(t, "info", name + " finished");
@@ -357,8 +367,8 @@ void Monitor::MaybeAddPointLocked(double t) {
       accuracy = w.test_accuracy;
     }
   }
-  Point p{next_seq_++, t, shard0.stats.min_clock, std::nullopt, accuracy,
-          Finite(rate)};
+  Point p{next_seq_++,  t,        shard0.stats.min_clock,
+          std::nullopt, accuracy, Finite(rate)};
   if (losses > 0) p.loss = loss_sum / losses;
   points_.push_back(p);
   if (points_.size() > options_.max_points) {
@@ -374,9 +384,8 @@ void Monitor::MaybeAddPointLocked(double t) {
 }
 
 bool Monitor::Reporting(const ShardView& shard, TimePoint now) const {
-  return shard.seen &&
-         std::chrono::duration<double>(now - shard.at).count() <
-             options_.shard_silent_s;
+  return shard.seen && std::chrono::duration<double>(now - shard.at).count() <
+                           options_.shard_silent_s;
 }
 
 std::string Monitor::Tick(TimePoint now) {
@@ -407,8 +416,8 @@ std::string Monitor::Snapshot(TimePoint now) {
   return R"({"type":"snapshot","status":)" + StatusLocked(now) +
          R"(,"workers":)" + WorkersLocked() + R"(,"shards":)" +
          ShardsLocked(now) + R"(,"checkpoints":)" + CheckpointsLocked() +
-         R"(,"config":)" + ConfigLocked() + R"(,"history":)" +
-         PointsLocked(0) + R"(,"events":)" + EventsLocked(0) + "}";
+         R"(,"config":)" + ConfigLocked() + R"(,"history":)" + PointsLocked(0) +
+         R"(,"events":)" + EventsLocked(0, sent_event_seq_) + "}";
 }
 
 std::optional<std::string> Monitor::Document(std::string_view name,
@@ -444,7 +453,7 @@ std::string Monitor::StatusLocked(TimePoint now) const {
     ++live;
     max_clock = std::max(max_clock, w.clock);
     rate += w.samples_per_s;
-    if (w.loss >= 0) {
+    if (w.loss >= 0 && std::isfinite(w.loss)) {
       loss_sum += w.loss;
       ++losses;
     }
@@ -522,10 +531,10 @@ std::string Monitor::ShardsLocked(TimePoint now) const {
     json::object o;
     o["shard_id"] = static_cast<int>(i);
     o["reporting"] = Reporting(shard, now);
-    o["age_s"] = shard.seen
-                     ? json::value(
-                           std::chrono::duration<double>(now - shard.at).count())
-                     : nullptr;
+    o["age_s"] =
+        shard.seen
+            ? json::value(std::chrono::duration<double>(now - shard.at).count())
+            : nullptr;
     o["tensors"] = s.tensors;
     o["dense_blocks"] = s.dense_blocks;
     o["sparse_rows"] = s.sparse_rows;
@@ -611,10 +620,10 @@ std::string Monitor::PointsLocked(uint64_t after_seq) const {
   return json::serialize(out);
 }
 
-std::string Monitor::EventsLocked(uint64_t after_seq) const {
+std::string Monitor::EventsLocked(uint64_t after_seq, uint64_t up_to) const {
   json::array out;
   for (const Event& e : events_) {
-    if (e.seq <= after_seq) continue;
+    if (e.seq <= after_seq || e.seq > up_to) continue;
     json::object o;
     o["t"] = e.t;
     o["level"] = e.level;
@@ -627,7 +636,9 @@ std::string Monitor::EventsLocked(uint64_t after_seq) const {
 std::string Monitor::Metrics(TimePoint now) {
   std::lock_guard lock(mu_);
   Exposition m;
-  auto rank = [](int r) { return Exposition::Label("rank", std::to_string(r)); };
+  auto rank = [](int r) {
+    return Exposition::Label("rank", std::to_string(r));
+  };
   auto shard = [](size_t s) {
     return Exposition::Label("shard", std::to_string(s));
   };
@@ -643,11 +654,13 @@ std::string Monitor::Metrics(TimePoint now) {
   for (WorkerState st :
        {WorkerState::kJoining, WorkerState::kRunning, WorkerState::kStraggling,
         WorkerState::kFinished, WorkerState::kDead}) {
-    m.Sample("tether_workers", Exposition::Label("state", WorkerStateName(st)),
-             static_cast<double>(std::count(states_.begin(), states_.end(), st)));
+    m.Sample(
+        "tether_workers", Exposition::Label("state", WorkerStateName(st)),
+        static_cast<double>(std::count(states_.begin(), states_.end(), st)));
   }
   m.Family("tether_worker_clock", "gauge", "Each worker's clock on shard 0.");
-  for (const auto& w : workers) m.Sample("tether_worker_clock", rank(w.rank), w.clock);
+  for (const auto& w : workers)
+    m.Sample("tether_worker_clock", rank(w.rank), w.clock);
   m.Family("tether_worker_lag", "gauge",
            "Clocks each worker is behind the fastest live worker.");
   for (size_t i = 0; i < workers.size() && i < lags_.size(); ++i) {
@@ -678,7 +691,8 @@ std::string Monitor::Metrics(TimePoint now) {
   }
   m.Family("tether_worker_evictions_total", "counter",
            "Workers declared dead (their connection is gone).");
-  m.Sample("tether_worker_evictions_total", "", static_cast<double>(evictions_));
+  m.Sample("tether_worker_evictions_total", "",
+           static_cast<double>(evictions_));
 
   // Staleness: one histogram over every shard's pushes.
   std::vector<uint64_t> buckets;

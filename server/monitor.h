@@ -127,7 +127,9 @@ class Monitor {
   std::string CheckpointsLocked() const;
   std::string ConfigLocked() const;
   std::string PointsLocked(uint64_t after_seq) const;
-  std::string EventsLocked(uint64_t after_seq) const;
+  // Events with after_seq < seq <= up_to.
+  std::string EventsLocked(uint64_t after_seq,
+                           uint64_t up_to = UINT64_MAX) const;
 
   const RunSettings settings_;
   const MonitorOptions options_;

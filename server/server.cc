@@ -266,8 +266,8 @@ Status Server::SetUpCheckpoints() {
   }
   {  // periodic rounds when checkpoint_every > 0, and rounds on demand
     checkpointer_ = std::make_unique<Checkpointer>(
-        store_.get(), [this](int64_t round, const Result<uint64_t>& written,
-                             double seconds) {
+        store_.get(),
+        [this](int64_t round, const Result<uint64_t>& written, double seconds) {
           OnRoundWritten(round, written, seconds);
         });
     shard_->EnableCheckpoints(checkpointer_.get());
@@ -284,15 +284,15 @@ void Server::OnRoundWritten(int64_t round, const Result<uint64_t>& written,
                        << " not written: " << error;
   }
   if (coordinator_) {
-    coordinator_->RoundWritten({options_.shard_id, round, bytes, seconds, error});
+    coordinator_->RoundWritten(
+        {options_.shard_id, round, bytes, seconds, error});
     return;
   }
   flatbuffers::FlatBufferBuilder fbb(256);
   auto text = fbb.CreateString(error);
-  coordinator_link_->Send(FinishFrame(
-      fbb,
-      wire::CreateRoundWritten(fbb, round, options_.shard_id, bytes, text,
-                               seconds)));
+  coordinator_link_->Send(
+      FinishFrame(fbb, wire::CreateRoundWritten(fbb, round, options_.shard_id,
+                                                bytes, text, seconds)));
 }
 
 void Server::RecordRound(int64_t round, uint64_t bytes) {

@@ -57,9 +57,9 @@ void Session::OnFrame(Frame frame) {
       return conn_->Send(MakeErrorFrame(
           0, ProtocolError("only shards report checkpoint rounds")));
     }
-    return coordinator_->RoundWritten(
-        {peer_.rank, w->round(), w->bytes(), w->seconds(),
-         w->error() ? w->error()->str() : ""});
+    return coordinator_->RoundWritten({peer_.rank, w->round(), w->bytes(),
+                                       w->seconds(),
+                                       w->error() ? w->error()->str() : ""});
   }
   if (const wire::Stats* stats = message.body_as_Stats()) {
     // Another shard's figures, for the dashboard; nothing to answer.

@@ -76,8 +76,8 @@ void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
     case wire::Body::WorkerReport:
       return OnReport(peer, *message.body_as_WorkerReport(), *conn);
     case wire::Body::StatsRequest:
-      return conn->Send(
-          MakeStatsFrame(message.body_as_StatsRequest()->request_id(), Stats()));
+      return conn->Send(MakeStatsFrame(
+          message.body_as_StatsRequest()->request_id(), Stats()));
     default:
       return conn->Send(MakeErrorFrame(
           0, ProtocolError(std::string("unexpected message ") +

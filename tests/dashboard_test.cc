@@ -46,20 +46,21 @@ class Dashboard : public ::testing::Test {
     cluster_ = std::move(*c);
   }
   void StartTraining(int workers, int epochs) {
-    workers_ = StartWorkers(cluster_->coordinator(), workers, dir_.path(),
-                            {"--model", "softmax", "--epochs",
-                             std::to_string(epochs), "--report-every", "5",
-                             "--eval-every", "40"});
+    workers_ =
+        StartWorkers(cluster_->coordinator(), workers, dir_.path(),
+                     {"--model", "softmax", "--epochs", std::to_string(epochs),
+                      "--report-every", "5", "--eval-every", "40"});
     ASSERT_EQ(static_cast<int>(workers_.size()), workers);
   }
 
-  HttpReply Fetch(const std::string& method, const std::string& target,
-                  const std::string& body = "",
-                  std::vector<std::pair<std::string, std::string>> headers = {}) {
+  HttpReply Fetch(
+      const std::string& method, const std::string& target,
+      const std::string& body = "",
+      std::vector<std::pair<std::string, std::string>> headers = {}) {
     auto reply =
         HttpFetch(cluster_->dashboard(), method, target, body, headers, 5000);
-    EXPECT_TRUE(reply.ok()) << method << " " << target << ": "
-                            << reply.status().ToString();
+    EXPECT_TRUE(reply.ok())
+        << method << " " << target << ": " << reply.status().ToString();
     return reply.ok() ? *reply : HttpReply{};
   }
   json::value GetJson(const std::string& target) {
@@ -169,8 +170,8 @@ TEST_F(Dashboard, EveryEndpointAnswersDuringARealRun) {
       10000))
       << GetJson("/api/checkpoints");
   // Another site's page may not trigger one.
-  HttpReply forged = Fetch("POST", "/api/checkpoint", "",
-                           {{"Origin", "http://evil.example"}});
+  HttpReply forged =
+      Fetch("POST", "/api/checkpoint", "", {{"Origin", "http://evil.example"}});
   EXPECT_EQ(forged.status, 403) << forged.body;
 
   // /metrics: valid exposition text with the run's figures in it.
@@ -178,15 +179,14 @@ TEST_F(Dashboard, EveryEndpointAnswersDuringARealRun) {
   EXPECT_EQ(metrics.status, 200);
   EXPECT_EQ(metrics.content_type, "text/plain; version=0.0.4; charset=utf-8");
   EXPECT_EQ(CheckExposition(metrics.body), "") << metrics.body;
-  EXPECT_GT(Metric(metrics.body, "tether_shard_pushes_total",
-                        {{"shard", "1"}}),
+  EXPECT_GT(Metric(metrics.body, "tether_shard_pushes_total", {{"shard", "1"}}),
             0);
   EXPECT_GT(Metric(metrics.body, "tether_worker_clock", {{"rank", "0"}}), 0);
   EXPECT_GE(Metric(metrics.body, "tether_checkpoint_rounds_total",
-                        {{"status", "complete"}}),
+                   {{"status", "complete"}}),
             1);
   EXPECT_GE(Metric(metrics.body, "tether_checkpoint_write_seconds_count",
-                        {{"shard", "1"}}),
+                   {{"shard", "1"}}),
             1);
 
   // Errors: short, with the right status.
@@ -214,7 +214,7 @@ TEST_F(Dashboard, EveryEndpointAnswersDuringARealRun) {
   std::string after_kill = json::serialize(GetJson("/api/events"));
   EXPECT_NE(after_kill.find("is dead"), std::string::npos) << after_kill;
   EXPECT_EQ(Metric(Fetch("GET", "/metrics").body,
-                        "tether_worker_evictions_total", {}),
+                   "tether_worker_evictions_total", {}),
             1);
 }
 
@@ -228,8 +228,8 @@ TEST_F(Dashboard, WebSocketSendsSnapshotThenOnlyNewPoints) {
   json::value snapshot = json::parse(*first);
   EXPECT_EQ(snapshot.at("type"), "snapshot");
   EXPECT_EQ(Int(snapshot.at("config"), "seed"), 5);
-  for (const char* key : {"status", "workers", "shards", "checkpoints",
-                          "history", "events"}) {
+  for (const char* key :
+       {"status", "workers", "shards", "checkpoints", "history", "events"}) {
     EXPECT_TRUE(snapshot.as_object().contains(key)) << key;
   }
 
@@ -250,7 +250,9 @@ TEST_F(Dashboard, WebSocketSendsSnapshotThenOnlyNewPoints) {
     for (const json::value& p : update.at("history").as_array()) {
       const double t = p.at("t").as_double();
       // Only new points: none repeats or goes back in time.
-      if (!times.empty()) EXPECT_GT(t, times.back());
+      if (!times.empty()) {
+        EXPECT_GT(t, times.back());
+      }
       times.push_back(t);
     }
   }
@@ -325,11 +327,11 @@ uint64_t RssBytes(pid_t pid) {
 }
 
 TEST_F(Dashboard, LimitsHoldAndOtherClientsAreStillServed) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster(
-      1, 1,
-      {"--dashboard-interval-ms", "10", "--http-timeout-ms", "1000",
-       "--http-max-clients", "6", "--http-header-limit", "1024",
-       "--http-body-limit", "128", "--ws-queue", "4"}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartCluster(1, 1,
+                   {"--dashboard-interval-ms", "10", "--http-timeout-ms",
+                    "1000", "--http-max-clients", "6", "--http-header-limit",
+                    "1024", "--http-body-limit", "128", "--ws-queue", "4"}));
   const uint64_t rss_before = RssBytes(cluster_->shard(0).pid());
 
   // Oversized headers and bodies are refused by size.
@@ -359,25 +361,28 @@ TEST_F(Dashboard, LimitsHoldAndOtherClientsAreStillServed) {
     for (int i = 0; i < 30 && !closed; ++i) {
       slow.Send("X");
       slow.ReadUntilClosed(100, &closed);
-      if (i == 3) EXPECT_EQ(Fetch("GET", "/api/status").status, 200);
+      if (i == 3) {
+        EXPECT_EQ(Fetch("GET", "/api/status").status, 200);
+      }
     }
     EXPECT_TRUE(closed) << "a dribbling client was not cut off";
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(3));
   }
 
   // A WebSocket client that never reads is dropped (its queue fills, or it
   // stops answering pings); one that reads keeps getting updates.
   auto healthy = WebSocketClient::Connect(cluster_->dashboard(), "/ws", {});
   ASSERT_TRUE(healthy.ok()) << healthy.status().ToString();
-  auto stalled = WebSocketClient::Connect(cluster_->dashboard(), "/ws",
-                                          {.receive_buffer = 4096});
+  auto stalled = WebSocketClient::Connect(
+      cluster_->dashboard(), "/ws", {.origin = "", .receive_buffer = 4096});
   ASSERT_TRUE(stalled.ok()) << stalled.status().ToString();
   bool dropped = false;
   for (int i = 0; i < 1000 && !dropped; ++i) {
     ASSERT_TRUE((*healthy)->Read(2000).ok()) << "the reading client starved";
     if (i % 50 == 49) {
       dropped = Metric(Fetch("GET", "/metrics").body,
-                            "tether_dashboard_dropped_clients_total", {}) >= 1;
+                       "tether_dashboard_dropped_clients_total", {}) >= 1;
     }
   }
   EXPECT_TRUE(dropped) << "a client that never reads was kept";

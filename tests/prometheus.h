@@ -218,7 +218,8 @@ inline std::string CheckExposition(const std::string& text) {
         const std::string help = m[2];
         for (size_t i = 0; i < help.size(); ++i) {
           if (help[i] != '\\') continue;
-          if (i + 1 == help.size() || (help[i + 1] != '\\' && help[i + 1] != 'n')) {
+          if (i + 1 == help.size() ||
+              (help[i + 1] != '\\' && help[i + 1] != 'n')) {
             return pi::Problem(number, "bad escape in HELP", line);
           }
           ++i;

@@ -20,7 +20,8 @@ using tcp = asio::ip::tcp;
 namespace {
 
 Status Failed(const std::string& what, const beast::error_code& ec) {
-  if (ec == beast::error::timeout) return Status(Code::kTimeout, what + ": timed out");
+  if (ec == beast::error::timeout)
+    return Status(Code::kTimeout, what + ": timed out");
   return Unavailable(what + ": " + ec.message());
 }
 
@@ -31,7 +32,8 @@ void RunAll(asio::io_context& io) {
   io.run();
 }
 
-Result<tcp::endpoint> Resolve(asio::io_context& io, const std::string& address) {
+Result<tcp::endpoint> Resolve(asio::io_context& io,
+                              const std::string& address) {
   auto hp = ParseHostPort(address, "address");
   if (!hp.ok()) return hp.status();
   beast::error_code ec;
@@ -135,8 +137,7 @@ Result<std::unique_ptr<WebSocketClient>> WebSocketClient::Connect(
           req.set(http::field::origin, origin);
         }));
   }
-  impl->ws.async_handshake(address, path,
-                           [&](beast::error_code e) { ec = e; });
+  impl->ws.async_handshake(address, path, [&](beast::error_code e) { ec = e; });
   RunAll(impl->io);
   if (ec) return Failed("WebSocket handshake with " + address + path, ec);
   stream.expires_never();

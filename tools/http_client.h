@@ -30,8 +30,8 @@ Result<HttpReply> HttpFetch(
 class WebSocketClient {
  public:
   struct Options {
-    std::string origin;       // sent as the Origin header when not empty
-    int receive_buffer = 0;   // SO_RCVBUF in bytes; 0: the system's
+    std::string origin;      // sent as the Origin header when not empty
+    int receive_buffer = 0;  // SO_RCVBUF in bytes; 0: the system's
   };
   // Connects to ws://`address``path` and completes the handshake.
   static Result<std::unique_ptr<WebSocketClient>> Connect(

@@ -41,10 +41,12 @@ struct UpOptions {
   std::string log_dir;   // default: a new /tmp/tether-up-XXXXXX
   std::string data_dir;  // shards' data dirs DIR/shardN; default: log_dir
   int64_t checkpoint_every = 0;
-  std::string resume;  // latest or a round
-  int threads = 1;     // compute threads per worker
+  std::string resume;                   // latest or a round
+  int threads = 1;                      // compute threads per worker
   std::string http = "127.0.0.1:8080";  // shard 0's dashboard; off: none
-  bool linger = false;  // keep the shards and dashboard up after training
+  // Seconds to keep the shards and the dashboard up after training; -1:
+  // until Ctrl-C.
+  double linger_s = 0;
 };
 
 std::atomic<bool> g_interrupted{false};
@@ -109,11 +111,12 @@ Status Launcher::StartShards() {
         o_.data_dir + "/shard" + std::to_string(id)};
     if (id == 0) {
       for (const std::string& a :
-           {std::string("--http"), o_.http, std::string("--workers"), std::to_string(o_.workers),
-            std::string("--max-staleness"), std::to_string(o_.staleness),
-            std::string("--optimizer"), o_.optimizer, std::string("--lr"),
-            std::to_string(o_.lr), std::string("--seed"),
-            std::to_string(o_.seed), std::string("--checkpoint-every"),
+           {std::string("--http"), o_.http, std::string("--workers"),
+            std::to_string(o_.workers), std::string("--max-staleness"),
+            std::to_string(o_.staleness), std::string("--optimizer"),
+            o_.optimizer, std::string("--lr"), std::to_string(o_.lr),
+            std::string("--seed"), std::to_string(o_.seed),
+            std::string("--checkpoint-every"),
             std::to_string(o_.checkpoint_every)}) {
         argv.push_back(a);
       }
@@ -135,7 +138,8 @@ Status Launcher::StartShards() {
     if (id == 0) coordinator_ = AddressFromLine(*line);
     if (id == 0 && o_.http != "off") {
       auto url = shards_.back()->WaitForLine("dashboard at ", 5000);
-      if (!url.ok()) return Failed(*shards_.back(), name, "served no dashboard");
+      if (!url.ok())
+        return Failed(*shards_.back(), name, "served no dashboard");
       dashboard_ = url->substr(url->find("dashboard at ") + 13);
     }
   }
@@ -305,7 +309,7 @@ int Launcher::Run() {
   double accuracy = -1;
   if (s.ok()) s = Evaluate(&accuracy);
   double secs = std::chrono::duration<double>(Clock::now() - start_).count();
-  if (!s.ok() || !o_.linger) StopAll();
+  if (!s.ok() || o_.linger_s == 0) StopAll();
   if (!s.ok()) {
     std::fprintf(stderr, "\ntether-up: %s\n", s.message().c_str());
     std::fprintf(stderr, "tether-up: stopped every process; logs in %s\n",
@@ -315,11 +319,19 @@ int Launcher::Run() {
   const bool reached = accuracy < 0 || accuracy >= o_.target_accuracy;
   if (accuracy < 0) std::printf("tether-up: done in %.1f s\n", secs);
   if (accuracy >= 0) PrintResult(accuracy, secs);
-  if (o_.linger && !g_interrupted) {
-    std::printf("tether-up: training done; the shards%s stay up until Ctrl-C\n",
-                dashboard_.empty() ? "" : (" and the dashboard at " + dashboard_).c_str());
+  if (o_.linger_s != 0 && !g_interrupted) {
+    std::string until = o_.linger_s < 0
+                            ? std::string("until Ctrl-C")
+                            : "for " + std::to_string(int(o_.linger_s)) +
+                                  " s (Ctrl-C stops them sooner)";
+    std::printf("tether-up: training done; the shards%s stay up %s\n",
+                dashboard_.empty() ? "" : (" and " + dashboard_).c_str(),
+                until.c_str());
     std::fflush(stdout);
-    while (!g_interrupted) {
+    const auto end =
+        Clock::now() +
+        std::chrono::milliseconds(static_cast<int64_t>(o_.linger_s * 1000));
+    while (!g_interrupted && (o_.linger_s < 0 || Clock::now() < end)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     StopAll();
@@ -374,9 +386,9 @@ int Main(int argc, char** argv) {
   p.AddString("http", &o.http,
               "HOST:PORT of the live dashboard (shard 0; port 0: any free "
               "port; off: none)");
-  p.AddBool("linger", &o.linger,
-            "after training, keep the shards and the dashboard up until "
-            "Ctrl-C");
+  p.AddDouble("linger", &o.linger_s,
+              "after training, keep the shards and the dashboard up this "
+              "many seconds; -1: until Ctrl-C");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   if (o.shards < 1 || o.workers < 1 || o.slow < 0 || o.slow > o.workers ||
       o.slowdown < 1) {

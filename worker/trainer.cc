@@ -123,7 +123,8 @@ class Reporter {
           static_cast<float>((samples_ - samples_at_last_report_) / dt);
     }
     Progress p;
-    if (dt > 0) p.wait_fraction = static_cast<float>(std::min(1.0, wait_s_ / dt));
+    if (dt > 0)
+      p.wait_fraction = static_cast<float>(std::min(1.0, wait_s_ / dt));
     wait_s_ = 0;
     p.done = final;
     last_report_ = Clock::now();

@@ -24,7 +24,9 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-std::atomic<uint64_t> g_messages{0}, g_bytes{0}, g_failed{0};
+std::atomic<uint64_t> g_messages{0}, g_bytes{0};
+std::atomic<uint64_t> g_failed{0};  // could not connect
+std::atomic<uint64_t> g_closed{0};  // closed by the server (it stopped)
 
 class Reader : public std::enable_shared_from_this<Reader> {
  public:
@@ -37,6 +39,7 @@ class Reader : public std::enable_shared_from_this<Reader> {
           self->ws_.async_handshake(self->host_, "/ws",
                                     [self](beast::error_code ec) {
                                       if (ec) return self->Fail(ec);
+                                      self->connected_ = true;
                                       self->Read();
                                     });
         });
@@ -48,21 +51,28 @@ class Reader : public std::enable_shared_from_this<Reader> {
 
  private:
   void Read() {
-    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec,
-                                                        size_t n) {
-      if (ec) return self->Fail(ec);
-      ++g_messages;
-      g_bytes += n;
-      self->buffer_.consume(n);
-      self->Read();
-    });
+    ws_.async_read(buffer_,
+                   [self = shared_from_this()](beast::error_code ec, size_t n) {
+                     if (ec) return self->Fail(ec);
+                     ++g_messages;
+                     g_bytes += n;
+                     self->buffer_.consume(n);
+                     self->Read();
+                   });
   }
   void Fail(beast::error_code ec) {
-    if (ec != asio::error::operation_aborted && ec != asio::error::bad_descriptor) {
-      ++g_failed;
-      std::fprintf(stderr, "dashboard client: %s\n", ec.message().c_str());
+    if (ec == asio::error::operation_aborted ||
+        ec == asio::error::bad_descriptor) {
+      return;  // we closed it
     }
+    if (connected_) {
+      ++g_closed;
+      return;
+    }
+    ++g_failed;
+    std::fprintf(stderr, "dashboard client: %s\n", ec.message().c_str());
   }
+  bool connected_ = false;
   websocket::stream<beast::tcp_stream> ws_;
   tcp::endpoint endpoint_;
   std::string host_;
@@ -75,15 +85,18 @@ int main(int argc, char** argv) {
   std::string address;
   int clients = 50;
   double seconds = 0;
-  tether::FlagParser p("tether-bench-dashboard-clients",
-                       "WebSocket clients reading a tether dashboard's updates.");
+  tether::FlagParser p(
+      "tether-bench-dashboard-clients",
+      "WebSocket clients reading a tether dashboard's updates.");
   p.AddString("address", &address, "HOST:PORT of the dashboard");
   p.AddInt("clients", &clients, "how many clients");
-  p.AddDouble("seconds", &seconds, "stop after this long; 0: at SIGINT/SIGTERM");
+  p.AddDouble("seconds", &seconds,
+              "stop after this long; 0: at SIGINT/SIGTERM");
   if (auto code = p.ParseForMain(argc, argv)) return *code;
   auto hp = tether::ParseHostPort(address, "--address");
   if (!hp.ok()) {
-    std::cerr << "tether-bench-dashboard-clients: " << hp.status().message() << "\n";
+    std::cerr << "tether-bench-dashboard-clients: " << hp.status().message()
+              << "\n";
     return 2;
   }
   asio::io_context io(1);
@@ -116,9 +129,10 @@ int main(int argc, char** argv) {
           .count();
   std::printf(
       "dashboard clients: %d clients received %llu messages (%.0f/s, %.1f "
-      "MB/s) in %.1f s; %llu failed\n",
+      "MB/s) in %.1f s; %llu could not connect, %llu closed by the server\n",
       clients, static_cast<unsigned long long>(g_messages.load()),
       g_messages / secs, g_bytes / secs / 1e6, secs,
-      static_cast<unsigned long long>(g_failed.load()));
+      static_cast<unsigned long long>(g_failed.load()),
+      static_cast<unsigned long long>(g_closed.load()));
   return g_failed > 0 ? 1 : 0;
 }
