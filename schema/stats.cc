@@ -52,6 +52,13 @@ OutFrame MakeStatsFrame(uint64_t request_id, const ShardStats& stats) {
   }
   auto workers_offset = fbb.CreateVector(workers);
   auto histogram = fbb.CreateVector(stats.staleness_histogram);
+  std::vector<flatbuffers::Offset<wire::DataEpoch>> epochs;
+  for (const ShardStats::DataEpoch& e : stats.data_epochs) {
+    epochs.push_back(wire::CreateDataEpoch(fbb, e.epoch, e.chunks_total,
+                                           e.chunks_done, e.rows_done,
+                                           e.duplicates));
+  }
+  auto epochs_offset = fbb.CreateVector(epochs);
   wire::StatsBuilder b(fbb);
   b.add_request_id(request_id);
   b.add_shard_id(stats.shard_id);
@@ -70,6 +77,10 @@ OutFrame MakeStatsFrame(uint64_t request_id, const ShardStats& stats) {
   b.add_staleness_histogram(histogram);
   b.add_staleness_sum(stats.staleness_sum);
   b.add_reports(stats.reports);
+  b.add_evictions(stats.evictions);
+  b.add_late_pushes(stats.late_pushes);
+  b.add_data_epochs(epochs_offset);
+  b.add_chunks_reassigned(stats.chunks_reassigned);
   return FinishFrame(fbb, b.Finish());
 }
 
@@ -98,6 +109,16 @@ ShardStats ReadStats(const wire::Stats& r) {
   }
   out.staleness_sum = r.staleness_sum();
   out.reports = r.reports();
+  out.evictions = r.evictions();
+  out.late_pushes = r.late_pushes();
+  if (r.data_epochs()) {
+    for (const wire::DataEpoch* e : *r.data_epochs()) {
+      out.data_epochs.push_back({e->epoch(), e->chunks_total(),
+                                 e->chunks_done(), e->rows_done(),
+                                 e->duplicates()});
+    }
+  }
+  out.chunks_reassigned = r.chunks_reassigned();
   return out;
 }
 

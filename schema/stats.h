@@ -46,6 +46,16 @@ struct ShardStats {
   std::vector<uint64_t> staleness_histogram;
   uint64_t staleness_sum = 0;  // of every push's staleness
   uint64_t reports = 0;        // WorkerReports received (shard 0)
+  uint64_t evictions = 0;      // workers evicted for silence
+  uint64_t late_pushes = 0;    // for a clock already closed; dropped
+  // Chunked data assignment (shard 0): per epoch, chunks and rows done.
+  struct DataEpoch {
+    int epoch = 0;
+    uint64_t chunks_total = 0, chunks_done = 0, rows_done = 0;
+    uint64_t duplicates = 0;  // chunks completed twice; stays 0
+  };
+  std::vector<DataEpoch> data_epochs;
+  uint64_t chunks_reassigned = 0;
 };
 
 // The Stats frame answering request `request_id` (0: unsolicited, as shards

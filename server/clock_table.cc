@@ -1,12 +1,13 @@
 #include "server/clock_table.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 
 namespace tether {
 
-ClockTable::ClockTable(int num_workers)
-    : clocks_(num_workers, 0), live_(num_workers, true) {}
+ClockTable::ClockTable(int num_workers, int backup)
+    : backup_(backup), clocks_(num_workers, 0), live_(num_workers, true) {}
 
 int64_t ClockTable::min_clock() const {
   int64_t min = std::numeric_limits<int64_t>::max();
@@ -21,6 +22,32 @@ int64_t ClockTable::max_clock() const {
   return *std::max_element(clocks_.begin(), clocks_.end());
 }
 
+int64_t ClockTable::closed_clock() const {
+  if (backup_ <= 0) return min_clock();
+  std::vector<int64_t> live;
+  for (size_t r = 0; r < clocks_.size(); ++r) {
+    if (live_[r]) live.push_back(clocks_[r]);
+  }
+  if (live.empty()) return max_clock();
+  // The (live - backup)-th highest clock: that many workers reached it.
+  const size_t quorum = std::max<size_t>(
+      1, live.size() > size_t(backup_) ? live.size() - backup_ : 1);
+  std::nth_element(live.begin(), live.begin() + (quorum - 1), live.end(),
+                   std::greater<int64_t>());
+  return live[quorum - 1];
+}
+
+int64_t ClockTable::JoinClock(int rank) const {
+  int64_t others = std::numeric_limits<int64_t>::max();
+  for (size_t r = 0; r < clocks_.size(); ++r) {
+    if (live_[r] && static_cast<int>(r) != rank) {
+      others = std::min(others, clocks_[r]);
+    }
+  }
+  if (others == std::numeric_limits<int64_t>::max()) return clocks_[rank];
+  return std::max(clocks_[rank], others);
+}
+
 std::vector<ClockTable::Release> ClockTable::Advance(int rank, int64_t clock) {
   clocks_[rank] = clock;
   return Collect();
@@ -32,7 +59,7 @@ std::vector<ClockTable::Release> ClockTable::SetLive(int rank, bool live) {
 }
 
 bool ClockTable::Ready(int64_t clock, int staleness) const {
-  return staleness < 0 || min_clock() >= clock - staleness;
+  return staleness < 0 || closed_clock() >= clock - staleness;
 }
 
 void ClockTable::Wait(int64_t clock, int staleness, Release release) {
@@ -41,8 +68,8 @@ void ClockTable::Wait(int64_t clock, int staleness, Release release) {
 
 std::vector<ClockTable::Release> ClockTable::Collect() {
   std::vector<Release> released;
-  const int64_t min = min_clock();
-  auto end = waiting_.upper_bound(min);
+  const int64_t closed = closed_clock();
+  auto end = waiting_.upper_bound(closed);
   for (auto it = waiting_.begin(); it != end; ++it) {
     released.push_back(std::move(it->second));
   }

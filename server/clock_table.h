@@ -7,6 +7,11 @@
 // <= c - s - 1); s < 0 never waits. Waiting pulls are stored as callbacks,
 // not blocked threads.
 //
+// With `backup` backup workers, a clock closes once all live workers but
+// `backup` have passed it (closed_clock()), and pulls wait for that instead
+// of the very slowest: the slowest `backup` workers do not hold back the
+// rest (they fall behind; the shard drops their late pushes).
+//
 // Not thread-safe: the owning Shard serializes access.
 #pragma once
 
@@ -22,7 +27,7 @@ class ClockTable {
   using Release = std::function<void()>;
 
   // Ranks 0..num_workers-1, all live at clock 0.
-  explicit ClockTable(int num_workers);
+  explicit ClockTable(int num_workers, int backup = 0);
 
   int num_workers() const { return static_cast<int>(clocks_.size()); }
   int64_t clock(int rank) const { return clocks_[rank]; }
@@ -30,6 +35,13 @@ class ClockTable {
   int64_t min_clock() const;
   // Maximum clock over all workers.
   int64_t max_clock() const;
+  // The clock every live worker but `backup` has reached (min_clock()
+  // without backup workers); max_clock() when none is live.
+  int64_t closed_clock() const;
+  // The clock `rank` takes when it (re)joins: its own, or the minimum over
+  // the other live workers when that is later, so a returning worker does
+  // not drag everyone back.
+  int64_t JoinClock(int rank) const;
 
   // Sets `rank`'s clock to `clock` (callers ensure it only grows) and
   // returns the waiters this releases, in the order they can be answered.
@@ -41,9 +53,10 @@ class ClockTable {
   std::vector<Release> SetLive(int rank, bool live);
   bool live(int rank) const { return live_[rank]; }
 
-  // True when a pull at `clock` under bound `staleness` can be answered.
+  // True when a pull at `clock` under bound `staleness` can be answered:
+  // closed_clock() >= clock - staleness.
   bool Ready(int64_t clock, int staleness) const;
-  // Queues `release` until min_clock() >= clock - staleness. Callers check
+  // Queues `release` until closed_clock() >= clock - staleness. Callers check
   // Ready() first.
   void Wait(int64_t clock, int staleness, Release release);
   size_t waiting() const { return waiting_.size(); }
@@ -51,6 +64,7 @@ class ClockTable {
  private:
   std::vector<Release> Collect();
 
+  const int backup_;
   std::vector<int64_t> clocks_;
   std::vector<bool> live_;
   // Keyed by the minimum clock each waiter needs.

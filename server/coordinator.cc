@@ -103,6 +103,8 @@ void Coordinator::WorkerLeft(int rank, const Connection* conn) {
   worker_conns_[rank] = nullptr;
   std::erase_if(waiting_,
                 [conn](const Waiting& w) { return w.conn.get() == conn; });
+  // A chunk it was training on goes to the next worker that asks.
+  if (chunks_) chunks_->Release(rank);
   TETHER_LOG(kInfo) << "worker " << rank << " left";
 }
 
@@ -175,6 +177,53 @@ void Coordinator::RoundWritten(const ShardRound& written) {
   flatbuffers::FlatBufferBuilder fbb(64);
   OutFrame frame = FinishFrame(fbb, wire::CreateRoundComplete(fbb, round));
   for (auto& conn : shards) conn->Send(frame);
+}
+
+Result<Coordinator::DataAnswer> Coordinator::NextChunk(int rank, uint64_t rows,
+                                                       uint32_t chunk_rows,
+                                                       int epochs) {
+  std::lock_guard lock(mu_);
+  if (!chunks_) {
+    auto pool = ChunkPool::Create(settings_.num_workers, rows, chunk_rows,
+                                  epochs, settings_.seed);
+    if (!pool.ok()) return pool.status().WithContext("data request");
+    chunks_ = std::move(*pool);
+    chunk_rows_total_ = rows;
+    chunk_rows_ = chunk_rows;
+    chunk_epochs_ = epochs;
+    TETHER_LOG(kInfo) << "chunked data: " << rows << " rows in chunks of "
+                      << chunk_rows << ", " << epochs << " epochs";
+  } else if (rows != chunk_rows_total_ || chunk_rows != chunk_rows_ ||
+             epochs != chunk_epochs_) {
+    return InvalidArgument("data request for " + std::to_string(rows) +
+                           " rows, chunks of " + std::to_string(chunk_rows) +
+                           ", " + std::to_string(epochs) +
+                           " epochs does not match the run's " +
+                           std::to_string(chunk_rows_total_) +
+                           " rows, chunks of " + std::to_string(chunk_rows_) +
+                           ", " + std::to_string(chunk_epochs_) + " epochs");
+  }
+  auto next = chunks_->Next(rank);
+  if (!next.ok()) return next.status();
+  DataAnswer answer;
+  answer.chunk = *next;
+  answer.finished = !answer.chunk && chunks_->Done();
+  return answer;
+}
+
+void Coordinator::ReleaseChunk(int rank) {
+  std::lock_guard lock(mu_);
+  if (chunks_) chunks_->Release(rank);
+}
+
+void Coordinator::AddDataStats(ShardStats& stats) const {
+  std::lock_guard lock(mu_);
+  if (!chunks_) return;
+  for (const ChunkPool::EpochCount& e : chunks_->Counts()) {
+    stats.data_epochs.push_back(
+        {e.epoch, e.chunks_total, e.chunks_done, e.rows_done, e.duplicates});
+  }
+  stats.chunks_reassigned = chunks_->reassigned();
 }
 
 void Coordinator::JoinObserver(const std::shared_ptr<Connection>& conn) {

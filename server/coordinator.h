@@ -14,10 +14,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "schema/connection.h"
+#include "schema/stats.h"
+#include "server/chunk_pool.h"
 #include "server/run_settings.h"
 
 namespace tether {
@@ -63,6 +66,21 @@ class Coordinator {
   void OnRoundComplete(std::function<void(int64_t, uint64_t)> on_complete);
   void OnShardRound(std::function<void(const ShardRound&)> on_shard_round);
 
+  // Chunked data assignment. The next chunk for worker `rank` (the one it
+  // held is done): a chunk, or none with `finished` telling whether every
+  // chunk is done (else others still hold some: ask again). The first
+  // request sizes the pool; later ones must match it (kInvalidArgument).
+  struct DataAnswer {
+    std::optional<ChunkPool::Chunk> chunk;
+    bool finished = false;
+  };
+  Result<DataAnswer> NextChunk(int rank, uint64_t rows, uint32_t chunk_rows,
+                               int epochs);
+  // `rank` died or was evicted: the chunk it holds goes back to the pool.
+  void ReleaseChunk(int rank);
+  // Adds the chunk accounting to shard 0's figures.
+  void AddDataStats(ShardStats& stats) const;
+
   // A checkpoint round now: `take_local` writes shard 0's slice and names
   // the round, then every other shard is told to write the same round.
   void SetTakeRound(std::function<Result<int64_t>()> take_local);
@@ -96,8 +114,12 @@ class Coordinator {
   std::function<void(const ShardRound&)> on_shard_round_;
   std::function<Result<int64_t>()> take_round_;
   std::vector<const Connection*> worker_conns_;  // by rank; null when free
-  std::vector<Waiting> waiting_;  // hello'd peers not yet welcomed
-  bool started_ = false;          // every worker has been welcomed once
+  std::vector<Waiting> waiting_;     // hello'd peers not yet welcomed
+  bool started_ = false;             // every worker has been welcomed once
+  std::optional<ChunkPool> chunks_;  // made by the first DataRequest
+  uint64_t chunk_rows_total_ = 0;    // what it was made for
+  uint32_t chunk_rows_ = 0;
+  int chunk_epochs_ = 0;
 };
 
 }  // namespace tether

@@ -133,7 +133,7 @@ std::vector<WorkerState> ClassifyWorkers(
     const bool was = i < ever_connected.size() && ever_connected[i];
     if (w.done) {
       states[i] = WorkerState::kFinished;
-    } else if (!w.connected) {
+    } else if (!w.connected || !w.live) {  // gone, or evicted for silence
       states[i] = was ? WorkerState::kDead : WorkerState::kJoining;
     } else {
       running.push_back(i);
@@ -171,6 +171,9 @@ std::string ReproduceCommand(const RunSettings& s) {
       << FloatText(s.optimizer.beta1) << " --beta2 "
       << FloatText(s.optimizer.beta2) << " --epsilon "
       << FloatText(s.optimizer.epsilon);
+  out << " --worker-timeout-ms " << s.worker_timeout_ms << " --heartbeat-ms "
+      << s.heartbeat_ms << " --backup-workers " << s.backup_workers;
+  if (s.staleness_lr) out << " --staleness-lr";
   if (s.checkpoint_every > 0) {
     out << " --checkpoint-every " << s.checkpoint_every << " --data-dir DIR";
   }
@@ -322,8 +325,11 @@ void Monitor::UpdateWorkersLocked(double t) {
       case WorkerState::kDead:
         ++evictions_;
         AddEventLocked(t, "error",
-                       name + " is dead: its connection is gone (clock " +
-                           std::to_string(w.clock) + ")");
+                       name + " is dead: " +
+                           (w.connected ? "evicted, silent for longer than "
+                                          "--worker-timeout-ms"
+                                        : "its connection is gone") +
+                           " (clock " + std::to_string(w.clock) + ")");
         break;
       case WorkerState::kStraggling:
         AddEventLocked(t, "warning",
@@ -600,6 +606,10 @@ std::string Monitor::ConfigLocked() const {
   o["beta1"] = Decimal(s.optimizer.beta1);
   o["beta2"] = Decimal(s.optimizer.beta2);
   o["epsilon"] = Decimal(s.optimizer.epsilon);
+  o["worker_timeout_ms"] = s.worker_timeout_ms;
+  o["heartbeat_ms"] = s.heartbeat_ms;
+  o["backup_workers"] = s.backup_workers;
+  o["staleness_lr"] = s.staleness_lr;
   o["seeds"] = std::move(seeds);
   o["command"] = ReproduceCommand(s);
   return json::serialize(o);
@@ -741,6 +751,12 @@ std::string Monitor::Metrics(TimePoint now) {
       {"tether_shard_parameter_bytes", "gauge",
        "Weights and optimizer state held by each shard.",
        [](const ShardView& s) { return double(s.stats.bytes); }},
+      {"tether_shard_evictions_total", "counter",
+       "Workers each shard evicted for silence (--worker-timeout-ms).",
+       [](const ShardView& s) { return double(s.stats.evictions); }},
+      {"tether_shard_late_pushes_total", "counter",
+       "Pushes for a clock already closed (backup workers), dropped.",
+       [](const ShardView& s) { return double(s.stats.late_pushes); }},
       {"tether_shard_waiting_pulls", "gauge",
        "Pulls each shard holds until the slowest worker catches up.",
        [](const ShardView& s) { return double(s.stats.waiting_pulls); }},

@@ -13,10 +13,11 @@ constexpr const char* kSummary =
 
 // The flags other shards take from the coordinator instead.
 constexpr const char* kRunWide[] = {
-    "workers",    "max-staleness", "reject-staleness",
-    "block-size", "seed",          "optimizer",
-    "lr",         "momentum",      "beta1",
-    "beta2",      "epsilon"};
+    "workers",      "max-staleness",  "reject-staleness",
+    "block-size",   "seed",           "optimizer",
+    "lr",           "momentum",       "beta1",
+    "beta2",        "epsilon",        "worker-timeout-ms",
+    "heartbeat-ms", "backup-workers", "staleness-lr"};
 
 // Binds every flag to its field; shared by parsing and usage.
 void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
@@ -47,6 +48,16 @@ void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
   p.AddInt64("checkpoint-every", &o.checkpoint_every,
              "write a checkpoint round every K clocks into --data-dir; 0: "
              "never");
+  p.AddInt("worker-timeout-ms", &o.worker_timeout_ms,
+           "a worker silent this long is evicted: it no longer holds back "
+           "the others; 0: never");
+  p.AddInt("heartbeat-ms", &o.heartbeat_ms,
+           "how often workers send heartbeats to every shard");
+  p.AddInt("backup-workers", &o.backup_workers,
+           "BSP: a clock closes when all but this many live workers have "
+           "finished it; later pushes for it are dropped and counted");
+  p.AddBool("staleness-lr", &o.staleness_lr,
+            "scale each push's learning rate by 1 / (1 + its staleness)");
   p.AddInt("keep-checkpoints", &o.keep_checkpoints,
            "complete rounds to keep; older ones are deleted");
   p.AddString("resume", &o.resume,
@@ -117,6 +128,21 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
     return InvalidArgument("--reject-staleness: must be >= -1");
   }
   if (o.block_size < 1) return InvalidArgument("--block-size: must be >= 1");
+  if (o.worker_timeout_ms < 0) {
+    return InvalidArgument("--worker-timeout-ms: must be >= 0");
+  }
+  if (o.heartbeat_ms < 10) {
+    return InvalidArgument("--heartbeat-ms: must be >= 10");
+  }
+  if (o.worker_timeout_ms > 0 && o.worker_timeout_ms < 2 * o.heartbeat_ms) {
+    return InvalidArgument(
+        "--worker-timeout-ms: must be at least twice --heartbeat-ms (" +
+        std::to_string(o.heartbeat_ms) + ")");
+  }
+  if (o.backup_workers < 0 ||
+      (o.workers > 0 && o.backup_workers >= o.workers)) {
+    return InvalidArgument("--backup-workers: must be in 0..workers-1");
+  }
   if (!(o.optimizer.lr > 0)) return InvalidArgument("--lr: must be > 0");
   if (o.checkpoint_every < 0) {
     return InvalidArgument("--checkpoint-every: must be >= 0");

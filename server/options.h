@@ -26,6 +26,10 @@ struct ServerOptions {
   uint64_t seed = 1;                      // --seed: the run seed
   OptimizerOptions optimizer;             // --optimizer --lr --momentum ...
   int64_t checkpoint_every = 0;           // --checkpoint-every: clocks; 0 never
+  int worker_timeout_ms = 10000;          // --worker-timeout-ms: 0 never
+  int heartbeat_ms = 1000;                // --heartbeat-ms
+  int backup_workers = 0;                 // --backup-workers
+  bool staleness_lr = false;              // --staleness-lr
   int keep_checkpoints = 3;               // --keep-checkpoints: rounds kept
   std::string resume;                     // --resume: latest or a round number
   int threads = 2;                        // --threads: I/O threads

@@ -15,6 +15,10 @@ RunSettings SettingsFromOptions(const ServerOptions& options) {
   s.block_size = static_cast<uint32_t>(options.block_size);
   s.checkpoint_every = options.checkpoint_every;
   s.optimizer = options.optimizer;
+  s.worker_timeout_ms = options.worker_timeout_ms;
+  s.heartbeat_ms = options.heartbeat_ms;
+  s.backup_workers = options.backup_workers;
+  s.staleness_lr = options.staleness_lr;
   return s;
 }
 
@@ -25,7 +29,8 @@ flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
       fbb, s.seed, s.num_shards, s.num_workers, s.max_staleness,
       s.reject_staleness, s.block_size, s.checkpoint_every, s.resume_round,
       optimizer, s.optimizer.lr, s.optimizer.momentum, s.optimizer.beta1,
-      s.optimizer.beta2, s.optimizer.epsilon);
+      s.optimizer.beta2, s.optimizer.epsilon, s.worker_timeout_ms,
+      s.backup_workers, s.staleness_lr, s.heartbeat_ms);
 }
 
 Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
@@ -49,7 +54,12 @@ Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
   s.optimizer.beta1 = config->beta1();
   s.optimizer.beta2 = config->beta2();
   s.optimizer.epsilon = config->epsilon();
-  if (s.num_shards < 1 || s.num_workers < 0 || s.block_size < 1) {
+  s.worker_timeout_ms = config->worker_timeout_ms();
+  s.heartbeat_ms = config->heartbeat_ms();
+  s.backup_workers = config->backup_workers();
+  s.staleness_lr = config->staleness_lr();
+  if (s.num_shards < 1 || s.num_workers < 0 || s.block_size < 1 ||
+      s.worker_timeout_ms < 0 || s.heartbeat_ms < 1 || s.backup_workers < 0) {
     return BadFrame("run configuration out of range");
   }
   return s;

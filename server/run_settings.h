@@ -23,6 +23,10 @@ struct RunSettings {
   int64_t checkpoint_every = 0;  // clocks between rounds; 0 never
   int64_t resume_round = -1;     // the round every shard loads; -1 none
   OptimizerOptions optimizer;
+  int worker_timeout_ms = 10000;  // silent this long: evicted; 0 never
+  int heartbeat_ms = 1000;        // workers' heartbeat period
+  int backup_workers = 0;         // a clock closes with n - b workers
+  bool staleness_lr = false;      // rate scaled by 1 / (1 + staleness)
 };
 
 // The settings shard 0 takes from its own flags.

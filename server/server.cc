@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -82,10 +83,13 @@ Status Server::Start() {
     Shard* shard = shard_.get();
     coordinator_ = std::make_unique<Coordinator>(
         settings, address_,
-        [shard](int rank) { return shard->WorkerClock(rank); });
+        [shard](int rank) { return shard->JoinClock(rank); });
     coordinator_->OnRoundComplete(
         [this](int64_t round, uint64_t bytes) { RecordRound(round, bytes); });
     coordinator_->SetTakeRound([this] { return shard_->CheckpointNow(-1); });
+    Coordinator* coordinator = coordinator_.get();
+    shard_->SetStatsExtra(
+        [coordinator](ShardStats& s) { coordinator->AddDataStats(s); });
   } else {
     TETHER_RETURN_IF_ERROR(RegisterWithCoordinator());
   }
@@ -96,6 +100,9 @@ Status Server::Start() {
     stats_timer_ = std::make_unique<asio::steady_timer>(asio::make_strand(io_));
     SendStats();
   }
+  eviction_timer_ =
+      std::make_unique<asio::steady_timer>(asio::make_strand(io_));
+  CheckSilence();
   TETHER_LOG(kInfo) << "shard " << options_.shard_id << " of "
                     << shard_->settings().num_shards << " listening on "
                     << address_;
@@ -114,6 +121,19 @@ Status Server::StartDashboard() {
   coordinator_->OnShardRound(
       [monitor](const ShardRound& written) { monitor->OnShardRound(written); });
   return dashboard_->Start();
+}
+
+void Server::CheckSilence() {
+  const int timeout_ms = shard_->settings().worker_timeout_ms;
+  if (stopping_ || timeout_ms <= 0) return;
+  for (int rank : shard_->EvictSilent()) {
+    if (coordinator_) coordinator_->ReleaseChunk(rank);
+  }
+  eviction_timer_->expires_after(
+      std::chrono::milliseconds(std::clamp(timeout_ms / 4, 10, 250)));
+  eviction_timer_->async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) CheckSilence();
+  });
 }
 
 void Server::SendStats() {
@@ -367,9 +387,9 @@ void Server::Stop() {
     acceptor_.close(ignored);
     signals_.cancel(ignored);
     if (coordinator_link_) coordinator_link_->Close();
-    if (stats_timer_) {
-      asio::post(stats_timer_->get_executor(),
-                 [this] { stats_timer_->cancel(); });
+    for (auto* timer : {stats_timer_.get(), eviction_timer_.get()}) {
+      if (timer)
+        asio::post(timer->get_executor(), [timer] { timer->cancel(); });
     }
     if (dashboard_) dashboard_->Stop();
     std::vector<std::shared_ptr<Session>> sessions;

@@ -58,6 +58,7 @@ class Server {
   void PruneRounds(int64_t newest_complete);
   Status StartDashboard();  // shard 0, unless --http off
   void SendStats();         // shards > 0: figures to the coordinator
+  void CheckSilence();      // evicts silent workers, every timeout / 4
   void DoAccept();
   void OnAccept(const boost::system::error_code& ec, tcp::socket socket);
 
@@ -72,10 +73,11 @@ class Server {
 
   std::unique_ptr<CheckpointStore> store_;  // with --data-dir
   std::unique_ptr<Shard> shard_;
-  std::unique_ptr<Coordinator> coordinator_;      // shard 0 only
-  std::shared_ptr<Connection> coordinator_link_;  // shards > 0
-  std::unique_ptr<Dashboard> dashboard_;          // shard 0 with --http
+  std::unique_ptr<Coordinator> coordinator_;         // shard 0 only
+  std::shared_ptr<Connection> coordinator_link_;     // shards > 0
+  std::unique_ptr<Dashboard> dashboard_;             // shard 0 with --http
   std::unique_ptr<asio::steady_timer> stats_timer_;  // shards > 0
+  std::unique_ptr<asio::steady_timer> eviction_timer_;
 
   std::mutex sessions_mu_;
   std::vector<std::weak_ptr<Session>> sessions_;  // guarded by sessions_mu_

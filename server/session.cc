@@ -61,6 +61,9 @@ void Session::OnFrame(Frame frame) {
                                        w->seconds(),
                                        w->error() ? w->error()->str() : ""});
   }
+  if (const wire::DataRequest* data = message.body_as_DataRequest()) {
+    return OnDataRequest(*data);
+  }
   if (const wire::Stats* stats = message.body_as_Stats()) {
     // Another shard's figures, for the dashboard; nothing to answer.
     if (peer_.role != wire::Role::Shard || coordinator_ == nullptr) {
@@ -73,6 +76,26 @@ void Session::OnFrame(Frame frame) {
     return monitor_->OnShardStats(figures);
   }
   shard_->Handle(peer_, message, conn_);
+}
+
+void Session::OnDataRequest(const wire::DataRequest& m) {
+  if (peer_.role != wire::Role::Worker || coordinator_ == nullptr) {
+    return conn_->Send(MakeErrorFrame(
+        m.request_id(),
+        ProtocolError("data chunks are for workers, from shard 0")));
+  }
+  shard_->Heard(peer_.rank);
+  auto answer =
+      coordinator_->NextChunk(peer_.rank, m.rows(), m.chunk_rows(), m.epochs());
+  if (!answer.ok()) {
+    return conn_->Send(MakeErrorFrame(m.request_id(), answer.status()));
+  }
+  flatbuffers::FlatBufferBuilder fbb(64);
+  const auto& c = answer->chunk;
+  conn_->Send(FinishFrame(
+      fbb, wire::CreateDataChunk(fbb, m.request_id(), c ? c->epoch : 0,
+                                 c ? c->index : 0, c ? c->first : 0,
+                                 c ? c->count : 0, answer->finished)));
 }
 
 void Session::Refuse(const Status& why) {
@@ -116,12 +139,14 @@ void Session::OnHello(const wire::Hello& hello) {
             "worker rank " + std::to_string(rank) + " is not in 0.." +
             std::to_string(settings.num_workers - 1) +
             "; ask the coordinator for a rank first"));
-      } else {
-        conn_->Send(MakeWelcome(rank, peer_.staleness));
       }
       peer_.rank = rank;
       hello_done_ = true;
+      // Connected first, so the Welcome carries the clock it joins at.
       shard_->SetWorkerConnected(rank, true, peer_.staleness);
+      if (coordinator_ == nullptr) {
+        conn_->Send(MakeWelcome(rank, peer_.staleness));
+      }
       return;
     }
     case wire::Role::Observer:

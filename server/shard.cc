@@ -49,13 +49,78 @@ Shard::Shard(int shard_id, RunSettings settings, size_t max_frame_bytes)
       settings_(settings),
       max_frame_bytes_(max_frame_bytes),
       store_(settings.seed, settings.block_size, settings.optimizer),
-      clocks_(settings.num_workers),
+      clocks_(settings.num_workers, settings.backup_workers),
       connected_(settings.num_workers, false),
+      evicted_(settings.num_workers, false),
+      moved_forward_(settings.num_workers, false),
+      last_heard_(settings.num_workers, SteadyClock::now()),
       staleness_bound_(settings.num_workers, -1),
       reports_(settings.num_workers) {}
 
+void Shard::Heard(int rank) {
+  std::lock_guard lock(mu_);
+  if (rank < 0 || rank >= static_cast<int>(connected_.size())) return;
+  last_heard_[rank] = SteadyClock::now();
+  if (!evicted_[rank] || !connected_[rank]) return;
+  // An evicted worker that speaks again (it was stopped, or its network
+  // came back) rejoins at the others' clock.
+  evicted_[rank] = false;
+  const int64_t was = clocks_.clock(rank);
+  JoinLocked(rank);
+  TETHER_LOG(kWarning) << "worker " << rank
+                       << " is back after its eviction: rejoins at clock "
+                       << clocks_.clock(rank) << " (it was at " << was << ")";
+}
+
+void Shard::JoinLocked(int rank) {
+  const int64_t join = clocks_.JoinClock(rank);
+  std::vector<ClockTable::Release> released;
+  if (join > clocks_.clock(rank)) {
+    moved_forward_[rank] = true;
+    released = clocks_.Advance(rank, join);
+  }
+  auto more = clocks_.SetLive(rank, true);
+  released.insert(released.end(), std::make_move_iterator(more.begin()),
+                  std::make_move_iterator(more.end()));
+  ClocksMovedLocked(std::move(released));
+}
+
+void Shard::SetStatsExtra(std::function<void(ShardStats&)> extra) {
+  stats_extra_ = std::move(extra);
+}
+
+std::vector<int> Shard::EvictSilent() {
+  std::vector<int> evicted;
+  const int timeout_ms = settings_.worker_timeout_ms;
+  if (timeout_ms <= 0) return evicted;
+  std::lock_guard lock(mu_);
+  const auto now = SteadyClock::now();
+  for (int r = 0; r < static_cast<int>(connected_.size()); ++r) {
+    if (!connected_[r] || evicted_[r] || !clocks_.live(r)) continue;
+    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
+        now - last_heard_[r]);
+    if (silent.count() < timeout_ms) continue;
+    evicted_[r] = true;
+    ++evictions_;
+    evicted.push_back(r);
+    TETHER_LOG(kWarning) << "worker " << r << " evicted: silent for "
+                         << silent.count() << " ms (--worker-timeout-ms "
+                         << timeout_ms << "); clock " << clocks_.clock(r)
+                         << " no longer holds back the others";
+    ClocksMovedLocked(clocks_.SetLive(r, false));
+  }
+  return evicted;
+}
+
+int64_t Shard::JoinClock(int rank) {
+  std::lock_guard lock(mu_);
+  if (rank < 0 || rank >= clocks_.num_workers()) return 0;
+  return clocks_.JoinClock(rank);
+}
+
 void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
                    const std::shared_ptr<Connection>& conn) {
+  if (peer.role == wire::Role::Worker) Heard(peer.rank);
   switch (message.body_type()) {
     case wire::Body::DefineTensor:
       return OnDefineTensor(peer, *message.body_as_DefineTensor(), *conn);
@@ -273,19 +338,30 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
                    " clocks stale; this run rejects more than " +
                    std::to_string(settings_.reject_staleness))));
   }
+  // Staleness-aware rate: a stale gradient moves the weights less.
+  const float lr_scale = settings_.staleness_lr
+                             ? 1.0f / (1.0f + static_cast<float>(staleness))
+                             : 1.0f;
   if (peer.role == wire::Role::Worker && peer.staleness == 0) {
-    StageLocked(peer.rank, m);
+    if (clocks_.clock(peer.rank) < clocks_.closed_clock()) {
+      // Its clock closed without it (backup workers, or it was evicted):
+      // the update it belongs to has been applied.
+      ++late_pushes_;
+    } else {
+      StageLocked(peer.rank, m);
+    }
   } else if (m.sparse()) {
     std::span<const uint64_t> keys;
     std::span<const float> rows;
     if (m.keys() != nullptr) keys = {m.keys()->data(), m.keys()->size()};
     if (m.rows() != nullptr) rows = {m.rows()->data(), m.rows()->size()};
-    s = store_.ApplyRows(m.tensor(), keys, rows);
+    s = store_.ApplyRows(m.tensor(), keys, rows, lr_scale);
   } else {
     for (const wire::Block* block : *m.blocks()) {
       s = store_.ApplyBlock(
           m.tensor(), block->index(),
-          std::span(block->values()->data(), block->values()->size()));
+          std::span(block->values()->data(), block->values()->size()),
+          lr_scale);
       if (!s.ok()) break;  // checked above; only an internal error lands here
     }
   }
@@ -307,6 +383,15 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
   }
   std::unique_lock lock(mu_);
   int64_t current = clocks_.clock(peer.rank);
+  if (m.clock() <= current && moved_forward_[peer.rank]) {
+    // The shard moved this worker ahead (it rejoined, or backup workers
+    // closed its clock without it); it learns its clock from the ack.
+    const int64_t min_clock = clocks_.min_clock();
+    lock.unlock();
+    flatbuffers::FlatBufferBuilder fbb(64);
+    return conn.Send(FinishFrame(
+        fbb, wire::CreateClockAck(fbb, m.request_id(), min_clock, current)));
+  }
   if (m.clock() <= current) {
     lock.unlock();
     return conn.Send(MakeErrorFrame(
@@ -318,12 +403,21 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
   }
   // Released pulls build their replies now, under the lock, so each sees
   // exactly the updates applied before this tick, staged ones included.
+  moved_forward_[peer.rank] = false;
   ClocksMovedLocked(clocks_.Advance(peer.rank, m.clock()));
-  int64_t min_clock = clocks_.min_clock();
+  // With backup workers, one that is behind a closed clock skips ahead:
+  // its pushes for closed clocks would be dropped anyway.
+  const int64_t closed = clocks_.closed_clock();
+  if (settings_.backup_workers > 0 && clocks_.clock(peer.rank) < closed) {
+    moved_forward_[peer.rank] = true;
+    ClocksMovedLocked(clocks_.Advance(peer.rank, closed));
+  }
+  const int64_t clock = clocks_.clock(peer.rank);
+  const int64_t min_clock = clocks_.min_clock();
   lock.unlock();
   flatbuffers::FlatBufferBuilder fbb(64);
-  conn.Send(
-      FinishFrame(fbb, wire::CreateClockAck(fbb, m.request_id(), min_clock)));
+  conn.Send(FinishFrame(
+      fbb, wire::CreateClockAck(fbb, m.request_id(), min_clock, clock)));
 }
 
 void Shard::SetWorkerConnected(int rank, bool connected, int staleness) {
@@ -331,7 +425,10 @@ void Shard::SetWorkerConnected(int rank, bool connected, int staleness) {
   if (rank < 0 || rank >= static_cast<int>(connected_.size())) return;
   connected_[rank] = connected;
   staleness_bound_[rank] = staleness;
-  ClocksMovedLocked(clocks_.SetLive(rank, connected));
+  evicted_[rank] = false;
+  last_heard_[rank] = SteadyClock::now();
+  if (connected) return JoinLocked(rank);
+  ClocksMovedLocked(clocks_.SetLive(rank, false));
 }
 
 void Shard::ClocksMovedLocked(std::vector<ClockTable::Release> released) {
@@ -431,8 +528,7 @@ void Shard::StageLocked(int rank, const wire::Push& m) {
 }
 
 void Shard::ApplyStagedLocked() {
-  const int64_t min_clock = clocks_.min_clock();
-  auto end = staged_.lower_bound(min_clock);
+  auto end = staged_.lower_bound(clocks_.closed_clock());
   for (auto it = staged_.begin(); it != end; ++it) {
     std::vector<StagedPush>& pushes = it->second;
     std::stable_sort(pushes.begin(), pushes.end(),
@@ -504,6 +600,12 @@ void Shard::CountTraffic(uint64_t bytes_in, uint64_t bytes_out) {
 }
 
 ShardStats Shard::Stats() {
+  ShardStats stats = OwnStats();
+  if (stats_extra_) stats_extra_(stats);
+  return stats;
+}
+
+ShardStats Shard::OwnStats() {
   std::lock_guard lock(mu_);
   ShardStats stats;
   ParamStore::Counts counts = store_.counts();
@@ -523,6 +625,8 @@ ShardStats Shard::Stats() {
                                    staleness_histogram_.end());
   stats.staleness_sum = staleness_sum_;
   stats.reports = reports_received_;
+  stats.evictions = evictions_;
+  stats.late_pushes = late_pushes_;
   stats.workers = reports_;
   for (int r = 0; r < clocks_.num_workers(); ++r) {
     ShardStats::Worker& w = stats.workers[r];

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -59,6 +61,18 @@ class Shard {
   void SetWorkerConnected(int rank, bool connected, int staleness);
   // The clock of worker `rank` on this shard.
   int64_t WorkerClock(int rank);
+  // The clock `rank` takes when it joins now (see ClockTable::JoinClock).
+  int64_t JoinClock(int rank);
+  // Evicts every connected worker not heard from for the run's
+  // worker_timeout_ms: it no longer holds back the minimum clock, and the
+  // pulls waiting on it are answered. One heard from again rejoins at the
+  // others' clock. Returns the ranks evicted now; call periodically.
+  std::vector<int> EvictSilent();
+  // Any frame from worker `rank`: it is alive; an evicted one rejoins.
+  void Heard(int rank);
+  // Adds figures the shard does not own to Stats() (shard 0: the chunk
+  // accounting). Set before serving.
+  void SetStatsExtra(std::function<void(ShardStats&)> extra);
 
   // This shard's figures now.
   ShardStats Stats();
@@ -105,11 +119,22 @@ class Shard {
   const RunSettings settings_;
   const size_t max_frame_bytes_;
 
+  using SteadyClock = std::chrono::steady_clock;
+  ShardStats OwnStats();  // Stats() without the extra figures
+  // Makes `rank` live at its join clock, answering what that releases.
+  void JoinLocked(int rank);
+
   std::mutex mu_;
   // Guarded by mu_.
   ParamStore store_;
   ClockTable clocks_;
   std::vector<bool> connected_;
+  std::vector<bool> evicted_;        // connected but silent too long
+  std::vector<bool> moved_forward_;  // clock set ahead by the shard
+  std::vector<SteadyClock::time_point> last_heard_;
+  uint64_t evictions_ = 0;
+  uint64_t late_pushes_ = 0;
+  std::function<void(ShardStats&)> stats_extra_;  // set before serving
   std::vector<int> staleness_bound_;
   // Pushes from BSP workers (bound 0) wait here, by the clock they belong
   // to, until every live worker has finished that clock; then they are

@@ -208,5 +208,57 @@ TEST(ClockTable, ReleasedPullIsNotReleasedTwice) {
   EXPECT_EQ(answered, 1);
 }
 
+TEST(ClockTable, BackupWorkersCloseAClockWithoutTheSlowest) {
+  ClockTable table(4, /*backup=*/1);
+  RunAll(table.Advance(0, 5));
+  RunAll(table.Advance(1, 5));
+  RunAll(table.Advance(2, 4));
+  // Rank 3 is stuck at 0: with one backup worker, the clock three of the
+  // four have reached (4) is closed; the minimum is still 0.
+  EXPECT_EQ(table.min_clock(), 0);
+  EXPECT_EQ(table.closed_clock(), 4);
+  EXPECT_TRUE(table.Ready(4, 0));
+  EXPECT_FALSE(table.Ready(5, 0));
+  int answered = 0;
+  table.Wait(5, 0, [&answered] { ++answered; });
+  RunAll(table.Advance(3, 7));  // the slow one does not close clock 5 alone
+  EXPECT_EQ(table.closed_clock(), 5);
+  EXPECT_EQ(answered, 1);
+}
+
+TEST(ClockTable, WithoutBackupWorkersClosedIsTheMinimum) {
+  ClockTable table(3);
+  RunAll(table.Advance(0, 5));
+  RunAll(table.Advance(1, 2));
+  EXPECT_EQ(table.closed_clock(), table.min_clock());
+  EXPECT_EQ(table.closed_clock(), 0);
+}
+
+TEST(ClockTable, BackupCountIgnoresWorkersThatAreNotLive) {
+  ClockTable table(3, /*backup=*/1);
+  RunAll(table.Advance(0, 6));
+  RunAll(table.Advance(1, 2));
+  RunAll(table.SetLive(2, false));
+  // Two live workers, one backup: the faster one alone closes clocks.
+  EXPECT_EQ(table.closed_clock(), 6);
+  RunAll(table.SetLive(0, false));
+  RunAll(table.SetLive(1, false));
+  EXPECT_EQ(table.closed_clock(), table.max_clock());
+}
+
+TEST(ClockTable, JoinClockIsTheOthersMinimumWhenLater) {
+  ClockTable table(3);
+  RunAll(table.Advance(0, 7));
+  RunAll(table.Advance(1, 5));
+  RunAll(table.Advance(2, 2));
+  RunAll(table.SetLive(2, false));
+  EXPECT_EQ(table.JoinClock(2), 5);  // behind: joins at the others' minimum
+  RunAll(table.Advance(2, 9));
+  EXPECT_EQ(table.JoinClock(2), 9);  // ahead: keeps its own
+  RunAll(table.SetLive(0, false));
+  RunAll(table.SetLive(1, false));
+  EXPECT_EQ(table.JoinClock(2), 9);  // nobody else live: its own
+}
+
 }  // namespace
 }  // namespace tether

@@ -1,6 +1,9 @@
 #include "worker/client.h"
 
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -58,6 +61,8 @@ uint64_t RequestIdOf(const wire::Message& m) {
       return m.body_as_Ack()->request_id();
     case wire::Body::CheckpointStarted:
       return m.body_as_CheckpointStarted()->request_id();
+    case wire::Body::DataChunk:
+      return m.body_as_DataChunk()->request_id();
     case wire::Body::Error:
       return m.body_as_Error()->request_id();
     default:
@@ -94,8 +99,21 @@ struct WelcomeInfo {
   int num_shards = 0;
   int num_workers = 0;
   uint32_t block_size = 0;
+  int heartbeat_ms = 0;
   std::vector<std::string> shard_addresses;
 };
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t UnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -106,8 +124,16 @@ struct Client::Impl {
     std::string address;
     std::shared_ptr<Connection> conn;
     std::mutex mu;
-    std::unordered_map<uint64_t, ReplyHandler> pending;  // guarded by mu
-    bool closed = false;                                 // guarded by mu
+    struct Pending {
+      ReplyHandler handler;
+      std::chrono::steady_clock::time_point sent;
+    };
+    std::unordered_map<uint64_t, Pending> pending;  // guarded by mu
+    bool closed = false;                            // guarded by mu
+    // Heartbeats and the slow-request watchdog, on the link's own strand.
+    std::unique_ptr<asio::steady_timer> timer;
+    std::atomic<int64_t> last_heard_ms{0};  // steady clock, any frame
+    int64_t last_warned_ms = 0;             // on the timer's strand
     std::string Describe() const {
       return "shard " + std::to_string(shard_id) + " at " + address;
     }
@@ -120,10 +146,17 @@ struct Client::Impl {
   };
 
   explicit Impl(ClientOptions o)
-      : options(std::move(o)), work(asio::make_work_guard(io)) {}
+      : options(std::move(o)), work(asio::make_work_guard(io)) {
+    heartbeat_ms = options.heartbeat_ms;
+  }
 
   ~Impl() {
+    stopping = true;
     for (auto& link : links) {
+      if (link->timer) {
+        asio::steady_timer* timer = link->timer.get();
+        asio::post(timer->get_executor(), [timer] { timer->cancel(); });
+      }
       if (link->conn) link->conn->Close();
     }
     work.reset();
@@ -135,6 +168,8 @@ struct Client::Impl {
   void Send(Link& link, uint64_t id, OutFrame frame, ReplyHandler handler);
   void OnFrame(Link& link, const Frame& frame);
   void OnClose(Link& link, const Status& why);
+  // Sends a heartbeat every heartbeat_ms and logs requests that wait long.
+  void Tick(Link& link);
   Result<TensorMeta> Lookup(const std::string& name, bool sparse);
   void Define(const std::string& name, bool sparse,
               const std::vector<uint64_t>& shape, uint32_t dim, Init init,
@@ -150,6 +185,8 @@ struct Client::Impl {
   WelcomeInfo welcome;
   std::atomic<int64_t> clock{0};
   std::atomic<int64_t> read_clock{0};
+  std::atomic<int> heartbeat_ms{0};
+  std::atomic<bool> stopping{false};
 
   std::mutex tensors_mu;
   std::unordered_map<std::string, TensorMeta> tensors;  // guarded
@@ -203,6 +240,7 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
          info.num_shards = w->config()->num_shards();
          info.num_workers = w->config()->num_workers();
          info.block_size = w->config()->block_size();
+         info.heartbeat_ms = w->config()->heartbeat_ms();
          if (w->shard_map() && w->shard_map()->shards()) {
            for (const wire::ShardInfo* s : *w->shard_map()->shards()) {
              info.shard_addresses.push_back(s->address() ? s->address()->str()
@@ -211,6 +249,15 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
          }
          promise->set_value(std::move(info));
        });
+  if (!options.observer && heartbeat_ms > 0) {
+    // Heartbeats start once the Hello is on its way, so a worker waiting
+    // for the others to join is not taken for a silent one.
+    link.timer = std::make_unique<asio::steady_timer>(asio::make_strand(io));
+    link.timer->expires_after(std::chrono::milliseconds(heartbeat_ms.load()));
+    link.timer->async_wait([this, &link](const boost::system::error_code& ec) {
+      if (!ec) Tick(link);
+    });
+  }
   if (future.wait_for(std::chrono::milliseconds(timeout_ms)) !=
       std::future_status::ready) {
     std::string why = link.shard_id == 0 && !options.observer
@@ -228,7 +275,8 @@ void Client::Impl::Send(Link& link, uint64_t id, OutFrame frame,
   {
     std::lock_guard lock(link.mu);
     if (!link.closed) {
-      link.pending.emplace(id, std::move(handler));
+      link.pending.emplace(id, Link::Pending{std::move(handler),
+                                             std::chrono::steady_clock::now()});
       handler = nullptr;
     }
   }
@@ -241,13 +289,15 @@ void Client::Impl::Send(Link& link, uint64_t id, OutFrame frame,
 
 void Client::Impl::OnFrame(Link& link, const Frame& frame) {
   const wire::Message& m = *frame.message();
+  link.last_heard_ms = SteadyMs();
   uint64_t id = RequestIdOf(m);
+  if (id == 0 && m.body_type() == wire::Body::Heartbeat) return;
   ReplyHandler handler;
   {
     std::lock_guard lock(link.mu);
     auto it = link.pending.find(id);
     if (it != link.pending.end()) {
-      handler = std::move(it->second);
+      handler = std::move(it->second.handler);
       link.pending.erase(it);
     }
   }
@@ -267,7 +317,7 @@ void Client::Impl::OnFrame(Link& link, const Frame& frame) {
 }
 
 void Client::Impl::OnClose(Link& link, const Status& why) {
-  std::unordered_map<uint64_t, ReplyHandler> pending;
+  std::unordered_map<uint64_t, Link::Pending> pending;
   {
     std::lock_guard lock(link.mu);
     link.closed = true;
@@ -275,7 +325,51 @@ void Client::Impl::OnClose(Link& link, const Status& why) {
   }
   Status error = Unavailable(link.Describe() + " closed the connection" +
                              (why.ok() ? "" : ": " + why.message()));
-  for (auto& [id, handler] : pending) handler(nullptr, error);
+  for (auto& [id, p] : pending) p.handler(nullptr, error);
+}
+
+void Client::Impl::Tick(Link& link) {
+  if (stopping) return;
+  {
+    std::lock_guard lock(link.mu);
+    if (link.closed) return;
+  }
+  flatbuffers::FlatBufferBuilder fbb(64);
+  link.conn->Send(FinishFrame(fbb, wire::CreateHeartbeat(fbb, 0, UnixMs())));
+
+  // Say what we wait for when a request takes long: a pull held until the
+  // slowest worker catches up, or a shard that stopped answering.
+  size_t waiting = 0;
+  int64_t oldest_ms = 0;
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(link.mu);
+    for (const auto& [id, p] : link.pending) {
+      ++waiting;
+      oldest_ms = std::max<int64_t>(
+          oldest_ms,
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - p.sent)
+              .count());
+    }
+  }
+  const int64_t now_ms = SteadyMs();
+  if (waiting > 0 && oldest_ms >= options.slow_request_ms &&
+      now_ms - link.last_warned_ms >= options.slow_request_ms) {
+    link.last_warned_ms = now_ms;
+    const int64_t silent_ms = now_ms - link.last_heard_ms;
+    TETHER_LOG(kWarning)
+        << "waiting " << oldest_ms / 1000 << " s for " << link.Describe()
+        << " to answer " << waiting << " request(s); "
+        << (silent_ms > 3 * heartbeat_ms
+                ? "it has been silent for " + std::to_string(silent_ms / 1000) +
+                      " s (down, or the network is cut?)"
+                : std::string("it is alive: a pull waits there until the "
+                              "slowest worker is within the staleness bound"));
+  }
+  link.timer->expires_after(std::chrono::milliseconds(heartbeat_ms.load()));
+  link.timer->async_wait([this, &link](const boost::system::error_code& ec) {
+    if (!ec) Tick(link);
+  });
 }
 
 Result<Client::Impl::TensorMeta> Client::Impl::Lookup(const std::string& name,
@@ -373,6 +467,7 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
   c.clock = c.welcome.clock;
   c.read_clock = c.welcome.clock;
+  if (c.welcome.heartbeat_ms > 0) c.heartbeat_ms = c.welcome.heartbeat_ms;
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -715,11 +810,19 @@ void Client::ClockAsync(Callback done) {
     flatbuffers::FlatBufferBuilder fbb(64);
     OutFrame frame = FinishFrame(fbb, wire::CreateClock(fbb, request, clock));
     c.Send(*link, request, std::move(frame),
-           [fanout](const wire::Message* m, const Status& e) {
+           [fanout, &c](const wire::Message* m, const Status& e) {
              if (m == nullptr) return fanout->Finish(e);
-             fanout->Finish(m->body_as_ClockAck() != nullptr
-                                ? Status::Ok()
-                                : ProtocolError("clock not acknowledged"));
+             const wire::ClockAck* ack = m->body_as_ClockAck();
+             if (ack == nullptr) {
+               return fanout->Finish(ProtocolError("clock not acknowledged"));
+             }
+             // A shard that moved this worker ahead (it rejoined, or backup
+             // workers closed its clock) says where it is now.
+             int64_t mine = c.clock.load();
+             while (ack->clock() > mine &&
+                    !c.clock.compare_exchange_weak(mine, ack->clock())) {
+             }
+             fanout->Finish(Status::Ok());
            });
   }
 }
@@ -785,6 +888,30 @@ Result<int64_t> Client::CheckpointNow() {
   });
   if (!s.ok()) return s;
   return round->load();
+}
+
+Result<Client::DataChunk> Client::NextChunk(uint64_t rows, uint32_t chunk_rows,
+                                            int epochs) {
+  Impl& c = *impl_;
+  auto chunk = std::make_shared<DataChunk>();
+  Status s = Wait([&](Callback cb) {
+    uint64_t request = c.NextId();
+    flatbuffers::FlatBufferBuilder fbb(64);
+    c.Send(
+        *c.links[0], request,
+        FinishFrame(fbb, wire::CreateDataRequest(fbb, request, rows, chunk_rows,
+                                                 epochs)),
+        [chunk, cb = std::move(cb)](const wire::Message* m, const Status& e) {
+          if (m == nullptr) return cb(e);
+          const wire::DataChunk* d = m->body_as_DataChunk();
+          if (d == nullptr) return cb(ProtocolError("no chunk in answer"));
+          *chunk = {d->epoch(), d->index(), d->first(), d->count(),
+                    d->finished()};
+          cb(Status::Ok());
+        });
+  });
+  if (!s.ok()) return s;
+  return *chunk;
 }
 
 Result<std::vector<ShardStats>> Client::Stats() {

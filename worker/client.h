@@ -64,6 +64,13 @@ struct ClientOptions {
   size_t chunk_bytes = size_t{4} << 20;  // payload per request frame
   int connect_timeout_ms = 10000;        // per shard, retrying refused connects
   int join_timeout_ms = 600000;          // for the coordinator's Welcome
+  // Heartbeats to every shard (workers only) until the Welcome says how
+  // often the run wants them; a worker that stops sending them (stopped,
+  // cut off) is evicted after the run's --worker-timeout-ms.
+  int heartbeat_ms = 1000;
+  // A request unanswered this long is logged (and again as long as it
+  // waits), saying which shard it waits for: a worker never waits silently.
+  int slow_request_ms = 10000;
   // Threads that send, receive and copy replies; connections to different
   // shards proceed in parallel on different threads.
   int io_threads = 2;
@@ -153,6 +160,21 @@ class Client {
   // kUnavailable when the cluster has no --data-dir or a round is still
   // being written.
   Result<int64_t> CheckpointNow();
+
+  // Chunked data assignment: the next chunk of the training set for this
+  // worker (the one it had is done). The epoch's order of rows is
+  // Shuffle(0..rows-1, seed(), 0, epoch) (schema/shuffle.h); a chunk is
+  // `count` positions of it from `first`. count 0: no chunk now; then
+  // `finished` says whether every chunk is done or others still hold some
+  // (ask again: one of them may die and give its chunk back). Workers only.
+  struct DataChunk {
+    int epoch = 0;
+    uint32_t index = 0;
+    uint64_t first = 0;
+    uint32_t count = 0;
+    bool finished = false;
+  };
+  Result<DataChunk> NextChunk(uint64_t rows, uint32_t chunk_rows, int epochs);
 
   // Every shard's counters, by shard id.
   Result<std::vector<ShardStats>> Stats();

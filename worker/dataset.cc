@@ -14,6 +14,8 @@
 #include <string_view>
 #include <utility>
 
+#include "schema/shuffle.h"
+
 namespace tether {
 namespace {
 
@@ -169,26 +171,6 @@ Status ReadLabels(const std::string& path, DenseDataset* ds) {
   return Status::Ok();
 }
 
-// SplitMix64's finaliser: spreads nearby inputs (rank 0, 1, 2...) over
-// unrelated seeds.
-uint64_t Mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// Uniform in [0, bound), unbiased. std::uniform_int_distribution is
-// implementation-defined, and shares must not change with the standard
-// library.
-uint64_t UniformBelow(std::mt19937_64& gen, uint64_t bound) {
-  // 2^64 mod bound: draws below it would favour small results.
-  const uint64_t threshold = (0 - bound) % bound;
-  uint64_t r = gen();
-  while (r < threshold) r = gen();
-  return r % bound;
-}
-
 bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
 // Splits off the next whitespace-separated token of `rest`.
@@ -295,15 +277,7 @@ std::vector<uint32_t> WorkerShare(size_t rows, int rank, int workers,
   for (size_t i = rank; i < rows; i += workers) {
     share.push_back(static_cast<uint32_t>(i));
   }
-  uint64_t mixed = Mix64(seed);
-  mixed = Mix64(mixed ^ static_cast<uint64_t>(rank));
-  mixed = Mix64(mixed ^ static_cast<uint64_t>(static_cast<int64_t>(epoch)));
-  std::mt19937_64 gen(mixed);
-  // Fisher-Yates by hand: std::shuffle's order differs between libraries.
-  for (size_t i = share.size(); i > 1; --i) {
-    size_t j = UniformBelow(gen, i);
-    std::swap(share[i - 1], share[j]);
-  }
+  Shuffle(share, seed, rank, epoch);
   return share;
 }
 

@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
            "the end");
   p.AddInt("report-every", &o.report_every,
            "report progress to the coordinator every K clocks");
+  p.AddInt("chunk-rows", &o.chunk_rows,
+           "ask shard 0 for chunks of N rows of each epoch instead of a fixed "
+           "share (a faster worker trains on more); 0: fixed share");
   p.AddBool("evaluate-only", &o.evaluate_only,
             "pull the weights as an observer, print test accuracy, exit");
   p.AddBool("quiet", &o.quiet, "no progress line, only the final one");

@@ -92,6 +92,17 @@ Status PushAll(Client& client, const DenseModel& model) {
   });
 }
 
+// A push a shard refused as too stale (--reject-staleness) costs that
+// gradient only: the worker logs it and goes on with fresh weights.
+Status ToleratingStale(Status pushed, uint64_t* rejected) {
+  if (pushed.code() != Code::kStalePush) return pushed;
+  if ((*rejected)++ % 100 == 0) {
+    TETHER_LOG(kWarning) << pushed.message() << " (dropped; " << *rejected
+                         << " so far)";
+  }
+  return Status::Ok();
+}
+
 // Progress: counts samples and loss, reports to the coordinator, prints
 // the progress line.
 class Reporter {
@@ -215,8 +226,19 @@ class DenseTrainer {
     }
     batch_x_.resize(size_t(o_.batch) * train_.features);
     batch_y_.resize(o_.batch);
-    // One clock per batch, so a worker that joins at clock c (a resumed
-    // run) skips the c batches its schedule already covered.
+    TETHER_RETURN_IF_ERROR(o_.chunk_rows > 0 ? TrainChunks() : TrainShare());
+    // The last evaluation, on the weights as they are now.
+    TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
+    Result<EvalResult> eval = Evaluate();
+    if (!eval.ok()) return eval.status();
+    return reporter_.Report(o_.epochs - 1, &*eval, /*final=*/true);
+  }
+
+ private:
+  // A fixed share of every epoch, one clock per batch, so a worker that
+  // joins at clock c (a resumed run) skips the c batches its schedule
+  // already covered.
+  Status TrainShare() {
     const int64_t start_clock = client_.clock();
     int64_t clock = 0;
     for (int epoch = 0; epoch < o_.epochs; ++epoch) {
@@ -228,14 +250,41 @@ class DenseTrainer {
         TETHER_RETURN_IF_ERROR(Step(order, first, epoch));
       }
     }
-    // The last evaluation, on the weights as they are now.
-    TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
-    Result<EvalResult> eval = Evaluate();
-    if (!eval.ok()) return eval.status();
-    return reporter_.Report(o_.epochs - 1, &*eval, /*final=*/true);
+    return Status::Ok();
   }
 
- private:
+  // Chunks from shard 0 until every chunk of every epoch is done.
+  Status TrainChunks() {
+    int order_epoch = -1;
+    std::vector<uint32_t> order;
+    while (true) {
+      auto chunk = client_.NextChunk(train_.rows, o_.chunk_rows, o_.epochs);
+      if (!chunk.ok()) return chunk.status();
+      if (chunk->count == 0) {
+        if (chunk->finished) return Status::Ok();
+        // Others still hold chunks and one may come back to the pool. Keep
+        // the clock moving meanwhile, so this worker holds no one back.
+        TETHER_RETURN_IF_ERROR(client_.Clock());
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      if (chunk->epoch != order_epoch) {
+        // The whole epoch's order: one worker's share of a one-worker run.
+        order = WorkerShare(train_.rows, 0, 1, client_.seed(), chunk->epoch);
+        order_epoch = chunk->epoch;
+      }
+      if (chunk->first + chunk->count > order.size()) {
+        return ProtocolError("shard 0 sent a chunk past the " +
+                             std::to_string(order.size()) + " rows");
+      }
+      std::vector<uint32_t> rows(order.begin() + chunk->first,
+                                 order.begin() + chunk->first + chunk->count);
+      for (size_t first = 0; first < rows.size(); first += o_.batch) {
+        TETHER_RETURN_IF_ERROR(Step(rows, first, chunk->epoch));
+      }
+    }
+  }
+
   Result<EvalResult> Evaluate() {
     if (test_ == nullptr) return EvalResult{};
     return model_.Evaluate(test_->x.data(), test_->y.data(), test_->rows);
@@ -258,7 +307,8 @@ class DenseTrainer {
     auto loss = model_.Step(batch_x_.data(), batch_y_.data(), n);
     if (!loss.ok()) return loss.status();
     SlowDown(o_.slowdown, Seconds(compute_start));
-    TETHER_RETURN_IF_ERROR(PushAll(client_, model_));
+    TETHER_RETURN_IF_ERROR(
+        ToleratingStale(PushAll(client_, model_), &rejected_pushes_));
     TETHER_RETURN_IF_ERROR(client_.Clock());
     reporter_.AddStep(n, *loss);
     if (reporter_.EvalDue() && test_ != nullptr) {
@@ -276,6 +326,7 @@ class DenseTrainer {
   const DenseDataset& train_;
   const DenseDataset* test_;
   Reporter reporter_;
+  uint64_t rejected_pushes_ = 0;
   std::vector<float> batch_x_;
   std::vector<int32_t> batch_y_;
 };
@@ -337,10 +388,13 @@ class SparseTrainer {
     float loss =
         SparseLogisticRegression::Step(batch, keys, w, bias, grad, &grad_bias);
     SlowDown(o_.slowdown, Seconds(compute_start));
+    TETHER_RETURN_IF_ERROR(ToleratingStale(
+        client_.PushRows(SparseLogisticRegression::kTable, keys, grad),
+        &rejected_pushes_));
     TETHER_RETURN_IF_ERROR(
-        client_.PushRows(SparseLogisticRegression::kTable, keys, grad));
-    TETHER_RETURN_IF_ERROR(client_.Push(SparseLogisticRegression::kBias,
-                                        std::span<const float>(&grad_bias, 1)));
+        ToleratingStale(client_.Push(SparseLogisticRegression::kBias,
+                                     std::span<const float>(&grad_bias, 1)),
+                        &rejected_pushes_));
     TETHER_RETURN_IF_ERROR(client_.Clock());
     reporter_.AddStep(static_cast<int>(batch.size()), loss);
     if (reporter_.EvalDue() && !o_.test_data.empty()) {
@@ -378,6 +432,7 @@ class SparseTrainer {
   const TrainerOptions& o_;
   Client& client_;
   Reporter reporter_;
+  uint64_t rejected_pushes_ = 0;
 };
 
 Status EvaluateOnly(const TrainerOptions& o, DenseModel& model,
@@ -411,9 +466,16 @@ Status RunTrainer(const TrainerOptions& o) {
   if (!(o.slowdown >= 1.0)) {
     return InvalidArgument("--slowdown: must be at least 1");
   }
+  if (o.chunk_rows < 0) {
+    return InvalidArgument("--chunk-rows: must be >= 0");
+  }
   if (o.model == "sparse-lr") {
     if (o.evaluate_only) {
       return InvalidArgument("--evaluate-only: dense models only");
+    }
+    if (o.chunk_rows > 0) {
+      return InvalidArgument(
+          "--chunk-rows: dense models only (LIBSVM files are streamed)");
     }
     ClientOptions co;
     co.coordinator = o.coordinator;

@@ -1,0 +1,99 @@
+// Chunked data assignment: shard 0 hands chunks of the training set to
+// workers on request, so a faster worker trains on more of each epoch; a
+// dead worker's chunk goes back to the pool. No chunk is lost or done twice.
+//
+// Each epoch is cut into ceil(rows / chunk_rows) chunks; chunk i covers
+// positions [i * chunk_rows, min(rows, (i + 1) * chunk_rows)) of
+// EpochOrder(rows, seed, epoch), which workers compute themselves. Chunks
+// are handed out lowest epoch first, ascending index within it; a chunk
+// returned by Release() is handed out again before any chunk not yet given
+// of its epoch and before any chunk of a later epoch. Epoch e + 1 starts
+// once every chunk of e has been handed out, even while some are still
+// being trained on.
+//
+// Not thread-safe: shard 0's coordinator serializes access.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "schema/status.h"
+
+namespace tether {
+
+class ChunkPool {
+ public:
+  struct Chunk {
+    int epoch;
+    uint32_t index;
+    uint64_t first;  // position in the epoch's order
+    uint32_t count;  // rows; only the epoch's last chunk may be short
+  };
+  struct EpochCount {
+    int epoch;
+    uint64_t chunks_total;
+    uint64_t chunks_done;  // distinct chunks completed
+    uint64_t rows_done;    // rows in those chunks
+    uint64_t duplicates;   // completions of an already completed chunk
+  };
+
+  // Ranks 0..workers-1. InvalidArgument naming the value for workers < 1,
+  // rows 0 or > UINT32_MAX (row ids are uint32_t), chunk_rows 0, epochs < 1.
+  static Result<ChunkPool> Create(int workers, uint64_t rows,
+                                  uint32_t chunk_rows, int epochs,
+                                  uint64_t seed);
+
+  // The order of rows 0..rows-1 in `epoch`: a pure function of its
+  // arguments, identical with every standard library (and equal to
+  // WorkerShare(rows, 0, 1, seed, epoch)). Empty when rows > UINT32_MAX.
+  static std::vector<uint32_t> EpochOrder(uint64_t rows, uint64_t seed,
+                                          int epoch);
+
+  // `rank` asks for work: the chunk it holds, if any, is completed first.
+  // Returns the next chunk, or nullopt when none is left to hand out. A
+  // rank that got nullopt may ask again: a chunk comes back if its holder
+  // is released. InvalidArgument for a rank out of range.
+  Result<std::optional<Chunk>> Next(int rank);
+  // `rank` finished its chunk and wants no other. These two are no-ops
+  // when `rank` is out of range or holds no chunk.
+  void Complete(int rank);
+  // `rank` died or was evicted: its chunk, unfinished, goes back to the
+  // pool. Call it before a restarted incarnation of the rank asks, or
+  // Next() would complete the chunk the old one never finished.
+  void Release(int rank);
+
+  std::vector<EpochCount> Counts() const { return counts_; }
+  uint64_t reassigned() const { return reassigned_; }  // chunks Released
+  bool Done() const;  // every chunk of every epoch completed
+  int holders() const;
+  uint64_t RowsDone(int rank) const;  // 0 for a rank out of range
+  uint64_t seed() const { return seed_; }
+
+ private:
+  ChunkPool(int workers, uint64_t rows, uint32_t chunk_rows, int epochs,
+            uint64_t seed);
+  Chunk MakeChunk(int epoch, uint32_t index) const;
+  bool Valid(int rank) const { return rank >= 0 && rank < workers_; }
+  // Constant after construction.
+  int workers_;
+  uint64_t rows_;
+  uint32_t chunk_rows_;
+  int epochs_;
+  uint64_t seed_;
+  uint32_t chunks_per_epoch_;
+
+  int next_epoch_ = 0;  // (next_epoch_, next_index_): first never given
+  uint32_t next_index_ = 0;
+  std::set<std::pair<int, uint32_t>> returned_;  // (epoch, index)
+  std::vector<std::optional<Chunk>> held_;       // by rank
+  std::vector<uint64_t> rows_done_;              // by rank
+  std::vector<bool> done_;          // by epoch * chunks_per_epoch_ + index
+  std::vector<EpochCount> counts_;  // by epoch
+  uint64_t completed_ = 0;
+  uint64_t reassigned_ = 0;
+};
+
+}  // namespace tether
