@@ -3,8 +3,10 @@
 # own "host" (a network namespace with its own address), joined by a bridge
 # in a "switch" namespace. While training runs, worker 3's cable is pulled
 # (its port on the switch goes down) for a few seconds and then plugged back
-# in; the run must still finish: every worker exits 0 and rank 0's final
-# line reports a test accuracy.
+# in. The cut outlasts shard 0's --worker-timeout-ms, so worker 3 is evicted
+# (the others go on without it) and, once its link is back, rejoins. The run
+# must finish: every worker exits 0 and rank 0's final line reports a test
+# accuracy.
 #
 #   hosts:  shard 0 10.77.0.1, shard 1 10.77.0.2,
 #           workers 10.77.0.11, 10.77.0.12, 10.77.0.13 (worker 3)
@@ -25,7 +27,8 @@
 #                       /tmp/tether-netns-XXXXXX)
 #   TETHER_NETNS_EPOCHS       epochs per worker (default 2)
 #   TETHER_NETNS_CUT_AFTER_S  seconds after training starts to cut (1.5)
-#   TETHER_NETNS_CUT_S        how long worker 3's link stays down (4)
+#   TETHER_NETNS_CUT_S        how long worker 3's link stays down (8; the
+#                             workers are evicted after 3 s of silence)
 #   TETHER_NETNS_DEADLINE_S   bound on the whole run from the first process
 #                             started to the last worker's exit (180)
 #   TETHER_NETNS_VERBOSE=1    workers print progress lines (no --quiet)
@@ -37,7 +40,7 @@ server_bin=${TETHER_SERVER_BIN:-$bin_dir/tether-server}
 worker_bin=${TETHER_WORKER_BIN:-$bin_dir/tether-worker}
 epochs=${TETHER_NETNS_EPOCHS:-2}
 cut_after_s=${TETHER_NETNS_CUT_AFTER_S:-1.5}
-cut_s=${TETHER_NETNS_CUT_S:-4}
+cut_s=${TETHER_NETNS_CUT_S:-8}
 deadline_s=${TETHER_NETNS_DEADLINE_S:-180}
 verbose=${TETHER_NETNS_VERBOSE:-0}
 
@@ -182,7 +185,8 @@ wait_for_line() {
 }
 
 start shard0 s0 "$server_bin" --shard-id 0 --shards 2 --listen 10.77.0.1:7070 \
-  --http off --workers 3 --max-staleness 2 --optimizer adam --lr 0.001
+  --http off --workers 3 --max-staleness 2 --optimizer adam --lr 0.001 \
+  --worker-timeout-ms 3000 --heartbeat-ms 500
 wait_for_line shard0 'listening on 10\.77\.0\.1:7070' 20
 start shard1 s1 "$server_bin" --shard-id 1 --shards 2 --listen 10.77.0.2:7070 \
   --coordinator 10.77.0.1:7070
@@ -214,6 +218,13 @@ note "worker 3's link down (port w3 on the switch)"
 nap "$cut_s"
 ip -n "$sw" link set w3 up
 note "worker 3's link up again after $cut_s s"
+grep -q "worker ${w3_rank:-X} evicted: silent" "$log_dir/shard0.log" ||
+  fail "worker 3 (rank ${w3_rank:-?}) was not evicted during a $cut_s s cut"
+note "worker 3 was evicted while cut off"
+# TCP retransmits with backoff, so its first bytes may take a while.
+wait_for_line shard0 "worker ${w3_rank} is back after its eviction" 60 \
+  shard1 worker3
+note "worker 3 rejoined"
 
 # --- 5. Every worker must finish --------------------------------------------
 declare -A rc_of
