@@ -10,6 +10,8 @@ Coordinator::Coordinator(RunSettings settings, std::string own_address,
       worker_clock_(std::move(worker_clock)),
       shard_addresses_(settings.num_shards),
       shard_conns_(settings.num_shards),
+      shard_seen_(settings.num_shards, false),
+      latest_complete_round_(settings.resume_round),
       worker_conns_(settings.num_workers, nullptr) {
   shard_addresses_[0] = std::move(own_address);
 }
@@ -49,6 +51,30 @@ void Coordinator::RegisterShard(int shard_id, const std::string& address,
                          << ": " << error.message();
     return conn->SendAndClose(MakeErrorFrame(0, error));
   }
+  if (shard_seen_[shard_id]) {
+    // A restarted shard: it loads the latest complete round and workers
+    // reconnect to it, at the address they know.
+    if (address != shard_addresses_[shard_id]) {
+      TETHER_LOG(kWarning) << "shard " << shard_id << " came back at "
+                           << address << ", not " << shard_addresses_[shard_id]
+                           << ": workers dial the old address; restart it "
+                              "with the same --listen";
+    }
+    RunSettings restart = settings_;
+    restart.shard_restart = true;
+    restart.resume_round = latest_complete_round_;
+    shard_conns_[shard_id] = conn;
+    TETHER_LOG(kWarning) << "shard " << shard_id << " registered again at "
+                         << address << " (restarted): it resumes from "
+                         << (latest_complete_round_ >= 0
+                                 ? "round " +
+                                       std::to_string(latest_complete_round_)
+                                 : std::string("its initial values (no "
+                                               "complete round yet)"));
+    conn->Send(MakeWelcomeFrame(restart, 0, -1, -1, 0));
+    return;
+  }
+  shard_seen_[shard_id] = true;
   shard_addresses_[shard_id] = address;
   shard_conns_[shard_id] = conn;
   TETHER_LOG(kInfo) << "shard " << shard_id << " registered at " << address;
@@ -165,6 +191,7 @@ void Coordinator::RoundWritten(const ShardRound& written) {
     if (!w) return;
   }
   const uint64_t total = progress.bytes;
+  latest_complete_round_ = std::max(latest_complete_round_, round);
   // Older rounds that never completed never will.
   rounds_.erase(rounds_.begin(), rounds_.upper_bound(round));
   std::vector<std::shared_ptr<Connection>> shards;

@@ -105,6 +105,8 @@ class Coordinator {
   // Guarded by mu_.
   std::vector<std::string> shard_addresses_;  // "" until registered
   std::vector<std::weak_ptr<Connection>> shard_conns_;
+  std::vector<bool> shard_seen_;  // registered once: the next is a restart
+  int64_t latest_complete_round_ = -1;
   struct RoundProgress {
     std::vector<bool> written;
     uint64_t bytes = 0;

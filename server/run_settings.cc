@@ -30,7 +30,7 @@ flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
       s.reject_staleness, s.block_size, s.checkpoint_every, s.resume_round,
       optimizer, s.optimizer.lr, s.optimizer.momentum, s.optimizer.beta1,
       s.optimizer.beta2, s.optimizer.epsilon, s.worker_timeout_ms,
-      s.backup_workers, s.staleness_lr, s.heartbeat_ms);
+      s.backup_workers, s.staleness_lr, s.heartbeat_ms, s.shard_restart);
 }
 
 Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
@@ -58,6 +58,7 @@ Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
   s.heartbeat_ms = config->heartbeat_ms();
   s.backup_workers = config->backup_workers();
   s.staleness_lr = config->staleness_lr();
+  s.shard_restart = config->shard_restart();
   if (s.num_shards < 1 || s.num_workers < 0 || s.block_size < 1 ||
       s.worker_timeout_ms < 0 || s.heartbeat_ms < 1 || s.backup_workers < 0) {
     return BadFrame("run configuration out of range");

@@ -27,6 +27,9 @@ struct RunSettings {
   int heartbeat_ms = 1000;        // workers' heartbeat period
   int backup_workers = 0;         // a clock closes with n - b workers
   bool staleness_lr = false;      // rate scaled by 1 / (1 + staleness)
+  // Only in the Welcome to a shard that registers again: it was restarted
+  // and loads resume_round on its own (the run goes on).
+  bool shard_restart = false;
 };
 
 // The settings shard 0 takes from its own flags.

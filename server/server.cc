@@ -94,6 +94,11 @@ Status Server::Start() {
     TETHER_RETURN_IF_ERROR(RegisterWithCoordinator());
   }
   TETHER_RETURN_IF_ERROR(SetUpCheckpoints());
+  if (shard_->settings().shard_restart) {
+    shard_->ForgetWorkers();
+    TETHER_LOG(kWarning) << "restarted into a running run: workers come back "
+                            "as they reconnect";
+  }
   if (coordinator_) {
     TETHER_RETURN_IF_ERROR(StartDashboard());
   } else {

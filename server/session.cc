@@ -143,7 +143,7 @@ void Session::OnHello(const wire::Hello& hello) {
       peer_.rank = rank;
       hello_done_ = true;
       // Connected first, so the Welcome carries the clock it joins at.
-      shard_->SetWorkerConnected(rank, true, peer_.staleness);
+      shard_->SetWorkerConnected(rank, true, peer_.staleness, hello.clock());
       if (coordinator_ == nullptr) {
         conn_->Send(MakeWelcome(rank, peer_.staleness));
       }

@@ -72,8 +72,8 @@ void Shard::Heard(int rank) {
                        << clocks_.clock(rank) << " (it was at " << was << ")";
 }
 
-void Shard::JoinLocked(int rank) {
-  const int64_t join = clocks_.JoinClock(rank);
+void Shard::JoinLocked(int rank, int64_t clock) {
+  const int64_t join = std::max(clocks_.JoinClock(rank), clock);
   std::vector<ClockTable::Release> released;
   if (join > clocks_.clock(rank)) {
     moved_forward_[rank] = true;
@@ -420,15 +420,23 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
       fbb, wire::CreateClockAck(fbb, m.request_id(), min_clock, clock)));
 }
 
-void Shard::SetWorkerConnected(int rank, bool connected, int staleness) {
+void Shard::SetWorkerConnected(int rank, bool connected, int staleness,
+                               int64_t clock) {
   std::lock_guard lock(mu_);
   if (rank < 0 || rank >= static_cast<int>(connected_.size())) return;
   connected_[rank] = connected;
   staleness_bound_[rank] = staleness;
   evicted_[rank] = false;
   last_heard_[rank] = SteadyClock::now();
-  if (connected) return JoinLocked(rank);
+  if (connected) return JoinLocked(rank, clock);
   ClocksMovedLocked(clocks_.SetLive(rank, false));
+}
+
+void Shard::ForgetWorkers() {
+  std::lock_guard lock(mu_);
+  for (int r = 0; r < clocks_.num_workers(); ++r) {
+    if (!connected_[r]) (void)clocks_.SetLive(r, false);
+  }
 }
 
 void Shard::ClocksMovedLocked(std::vector<ClockTable::Release> released) {

@@ -58,7 +58,12 @@ class Shard {
   // bound) or went away. A worker that is gone no longer holds back the
   // minimum clock, so pulls waiting on it are answered; one that connects
   // again counts again from its last clock.
-  void SetWorkerConnected(int rank, bool connected, int staleness);
+  // A worker that (re)connects says its own clock (`clock`, -1 unknown);
+  // it joins at the latest of that, its clock here and the others'.
+  void SetWorkerConnected(int rank, bool connected, int staleness,
+                          int64_t clock = -1);
+  // After a restart: no worker holds back the others until it reconnects.
+  void ForgetWorkers();
   // The clock of worker `rank` on this shard.
   int64_t WorkerClock(int rank);
   // The clock `rank` takes when it joins now (see ClockTable::JoinClock).
@@ -121,8 +126,9 @@ class Shard {
 
   using SteadyClock = std::chrono::steady_clock;
   ShardStats OwnStats();  // Stats() without the extra figures
-  // Makes `rank` live at its join clock, answering what that releases.
-  void JoinLocked(int rank);
+  // Makes `rank` live at its join clock (at least `clock`), answering what
+  // that releases.
+  void JoinLocked(int rank, int64_t clock = -1);
 
   std::mutex mu_;
   // Guarded by mu_.

@@ -255,5 +255,39 @@ TEST_F(Failure, RestartedWorkerRejoinsAndEveryRowIsUsedOnce) {
   EXPECT_GT(FinalAccuracy(), 70);
 }
 
+TEST_F(Failure, KilledShardRestartedWithResumeAndTheRunFinishes) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2, {"--checkpoint-every", "40"}));
+  ASSERT_NO_FATAL_FAILURE(StartTraining(2, 4));
+  ASSERT_TRUE(cluster_->shard(0)
+                  .WaitForLine("checkpoint round 80 complete", 60000)
+                  .ok());
+  // Shard 1 dies; it comes back on the same address with --resume.
+  auto line = cluster_->shard(1).WaitForLine("listening on", 1000);
+  ASSERT_TRUE(line.ok());
+  const std::string address = AddressFromLine(*line);
+  cluster_->shard(1).Signal(SIGKILL);
+  ASSERT_TRUE(cluster_->shard(1).Wait(5000).ok());
+  std::this_thread::sleep_for(milliseconds(500));
+  auto again =
+      Process::Start({TETHER_SERVER_BIN, "--shard-id", "1", "--shards", "2",
+                      "--listen", address, "--http", "127.0.0.1:0",
+                      "--coordinator", cluster_->coordinator(), "--data-dir",
+                      dir_.path() + "/shard1", "--resume", "latest"},
+                     dir_.path() + "/shard1-again.log");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  auto resumed = (*again)->WaitForLine("resumed from checkpoint round", 10000);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString() << "\n"
+                            << Tail((*again)->Log(), 10);
+  // Every worker says what it waits for, reconnects, and finishes.
+  ASSERT_NO_FATAL_FAILURE(FinishAll());
+  for (auto& w : workers_) {
+    EXPECT_NE(w->Log().find("reconnected to shard 1"), std::string::npos)
+        << Tail(w->Log(), 10);
+  }
+  EXPECT_GT(FinalAccuracy(), 70);
+  (*again)->Signal(SIGTERM);
+  EXPECT_TRUE((*again)->Wait(5000).ok());
+}
+
 }  // namespace
 }  // namespace tether::testing

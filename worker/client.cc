@@ -1,5 +1,6 @@
 #include "worker/client.h"
 
+#include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -130,6 +131,12 @@ struct Client::Impl {
     };
     std::unordered_map<uint64_t, Pending> pending;  // guarded by mu
     bool closed = false;                            // guarded by mu
+    int generation = 0;         // guarded by mu; one per connection
+    bool gave_up = false;       // guarded by mu: reconnecting failed for good
+    bool reconnecting = false;  // guarded by mu: the reconnector runs
+    bool ticking = false;       // guarded by mu: the heartbeat loop runs
+    bool greeted = false;       // guarded by mu: Hello sent on this conn
+    std::thread reconnector;    // started by OnClose only (workers)
     // Heartbeats and the slow-request watchdog, on the link's own strand.
     std::unique_ptr<asio::steady_timer> timer;
     std::atomic<int64_t> last_heard_ms{0};  // steady clock, any frame
@@ -143,6 +150,10 @@ struct Client::Impl {
     uint32_t id = 0;
     uint64_t size = 0;  // dense: floats; sparse: row width
     bool sparse = false;
+    // As defined, to define it again on a shard that was restarted.
+    std::vector<uint64_t> shape;
+    uint32_t dim = 0;
+    Init init;
   };
 
   explicit Impl(ClientOptions o)
@@ -152,6 +163,9 @@ struct Client::Impl {
 
   ~Impl() {
     stopping = true;
+    for (auto& link : links) {
+      if (link->reconnector.joinable()) link->reconnector.join();
+    }
     for (auto& link : links) {
       if (link->timer) {
         asio::steady_timer* timer = link->timer.get();
@@ -164,10 +178,17 @@ struct Client::Impl {
   }
 
   Result<Link*> Open(int shard_id, const std::string& address);
+  // Starts reading `conn` as the link's connection (a new generation).
+  void Attach(Link& link, std::shared_ptr<Connection> conn);
   Result<WelcomeInfo> Handshake(Link& link, int rank, int timeout_ms);
+  // Workers: after a link is lost, dials it again with backoff (up to
+  // reconnect_timeout_ms), says Hello with this worker's clock, and
+  // defines every tensor again; requests fail fast meanwhile.
+  void Reconnect(Link& link);
+  Status Redefine(Link& link);
   void Send(Link& link, uint64_t id, OutFrame frame, ReplyHandler handler);
   void OnFrame(Link& link, const Frame& frame);
-  void OnClose(Link& link, const Status& why);
+  void OnClose(Link& link, int generation, const Status& why);
   // Sends a heartbeat every heartbeat_ms and logs requests that wait long.
   void Tick(Link& link);
   Result<TensorMeta> Lookup(const std::string& name, bool sparse);
@@ -187,10 +208,29 @@ struct Client::Impl {
   std::atomic<int64_t> read_clock{0};
   std::atomic<int> heartbeat_ms{0};
   std::atomic<bool> stopping{false};
+  std::atomic<bool> welcomed{false};  // Connect() has finished
 
   std::mutex tensors_mu;
   std::unordered_map<std::string, TensorMeta> tensors;  // guarded
 };
+
+namespace {
+
+OutFrame DefineFrame(uint64_t request, const std::string& name, bool sparse,
+                     const std::vector<uint64_t>& shape, uint32_t dim,
+                     Init init) {
+  flatbuffers::FlatBufferBuilder fbb(256);
+  auto name_offset = fbb.CreateString(name);
+  auto init_offset = wire::CreateInitSpec(fbb, ToWire(init.kind), init.scale);
+  return sparse ? FinishFrame(fbb,
+                              wire::CreateDefineTable(fbb, request, name_offset,
+                                                      dim, init_offset))
+                : FinishFrame(fbb, wire::CreateDefineTensor(
+                                       fbb, request, name_offset,
+                                       fbb.CreateVector(shape), init_offset));
+}
+
+}  // namespace
 
 Result<Client::Impl::Link*> Client::Impl::Open(int shard_id,
                                                const std::string& address) {
@@ -205,12 +245,26 @@ Result<Client::Impl::Link*> Client::Impl::Open(int shard_id,
   link->address = address;
   ConnectionOptions co;
   co.max_frame_bytes = options.max_frame_bytes;
-  link->conn = std::make_shared<Connection>(std::move(*socket), co);
   Link* raw = link.get();
   links.push_back(std::move(link));
-  raw->conn->Start([this, raw](Frame frame) { OnFrame(*raw, frame); },
-                   [this, raw](const Status& why) { OnClose(*raw, why); });
+  Attach(*raw, std::make_shared<Connection>(std::move(*socket), co));
   return raw;
+}
+
+void Client::Impl::Attach(Link& link, std::shared_ptr<Connection> conn) {
+  int generation;
+  {
+    std::lock_guard lock(link.mu);
+    generation = ++link.generation;
+    link.conn = conn;
+    link.closed = false;
+    link.greeted = false;
+  }
+  Link* raw = &link;
+  conn->Start([this, raw](Frame frame) { OnFrame(*raw, frame); },
+              [this, raw, generation](const Status& why) {
+                OnClose(*raw, generation, why);
+              });
 }
 
 Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
@@ -218,8 +272,12 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
   flatbuffers::FlatBufferBuilder fbb(256);
   auto name = fbb.CreateString(options.name);
   auto role = options.observer ? wire::Role::Observer : wire::Role::Worker;
-  auto hello = wire::CreateHello(fbb, kProtocolVersion, role, rank,
-                                 options.staleness, -1, 0, 0, name);
+  // A worker coming back after a lost connection says its clock, so the
+  // shard does not hold it (and everyone) back at an older one.
+  const int64_t hello_clock = welcomed ? clock.load() : -1;
+  auto hello =
+      wire::CreateHello(fbb, kProtocolVersion, role, rank, options.staleness,
+                        -1, 0, 0, name, hello_clock);
   auto promise = std::make_shared<std::promise<Result<WelcomeInfo>>>();
   auto future = promise->get_future();
   std::string peer = link.Describe();
@@ -249,13 +307,28 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
          }
          promise->set_value(std::move(info));
        });
-  if (!options.observer && heartbeat_ms > 0) {
+  bool start_ticking = false;
+  {
+    std::lock_guard lock(link.mu);
+    link.greeted = true;  // heartbeats may follow the Hello now
+    if (!options.observer && heartbeat_ms > 0) {
+      start_ticking = !link.ticking;
+      link.ticking = true;
+    }
+  }
+  if (start_ticking) {
     // Heartbeats start once the Hello is on its way, so a worker waiting
-    // for the others to join is not taken for a silent one.
-    link.timer = std::make_unique<asio::steady_timer>(asio::make_strand(io));
-    link.timer->expires_after(std::chrono::milliseconds(heartbeat_ms.load()));
-    link.timer->async_wait([this, &link](const boost::system::error_code& ec) {
-      if (!ec) Tick(link);
+    // for the others to join is not taken for a silent one. (A loop that
+    // stopped with a lost connection is not running: one timer, one loop.)
+    if (!link.timer) {
+      link.timer = std::make_unique<asio::steady_timer>(asio::make_strand(io));
+    }
+    asio::post(link.timer->get_executor(), [this, &link] {
+      link.timer->expires_after(std::chrono::milliseconds(heartbeat_ms.load()));
+      link.timer->async_wait(
+          [this, &link](const boost::system::error_code& ec) {
+            if (!ec) Tick(link);
+          });
     });
   }
   if (future.wait_for(std::chrono::milliseconds(timeout_ms)) !=
@@ -272,19 +345,24 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
 
 void Client::Impl::Send(Link& link, uint64_t id, OutFrame frame,
                         ReplyHandler handler) {
+  std::shared_ptr<Connection> conn;
+  bool reconnecting = false;
   {
     std::lock_guard lock(link.mu);
     if (!link.closed) {
       link.pending.emplace(id, Link::Pending{std::move(handler),
                                              std::chrono::steady_clock::now()});
       handler = nullptr;
+      conn = link.conn;
     }
+    reconnecting = !link.gave_up && link.reconnector.joinable();
   }
   if (handler) {
     return handler(nullptr,
-                   Unavailable(link.Describe() + ": connection is closed"));
+                   Unavailable(link.Describe() + ": connection is closed" +
+                               (reconnecting ? " (reconnecting)" : "")));
   }
-  link.conn->Send(std::move(frame));
+  conn->Send(std::move(frame));
 }
 
 void Client::Impl::OnFrame(Link& link, const Frame& frame) {
@@ -316,26 +394,144 @@ void Client::Impl::OnFrame(Link& link, const Frame& frame) {
   handler(&m, Status::Ok());
 }
 
-void Client::Impl::OnClose(Link& link, const Status& why) {
+void Client::Impl::OnClose(Link& link, int generation, const Status& why) {
   std::unordered_map<uint64_t, Link::Pending> pending;
+  bool reconnect = false;
   {
     std::lock_guard lock(link.mu);
+    if (generation != link.generation) return;  // an older connection
     link.closed = true;
     pending.swap(link.pending);
+    reconnect = !stopping && !options.observer && welcomed &&
+                options.reconnect_timeout_ms > 0 && !link.gave_up &&
+                !link.reconnecting;
+    if (reconnect) link.reconnecting = true;
+  }
+  if (reconnect) {
+    // A previous reconnector has returned, or is about to: it cleared
+    // `reconnecting` as its last step.
+    if (link.reconnector.joinable()) link.reconnector.join();
+    link.reconnector = std::thread([this, &link] { Reconnect(link); });
   }
   Status error = Unavailable(link.Describe() + " closed the connection" +
                              (why.ok() ? "" : ": " + why.message()));
+  if (reconnect) {
+    TETHER_LOG(kWarning) << "lost " << link.Describe()
+                         << (why.ok() ? "" : ": " + why.message())
+                         << "; reconnecting";
+  }
   for (auto& [id, p] : pending) p.handler(nullptr, error);
 }
 
+void Client::Impl::Reconnect(Link& link) {
+  const auto start = std::chrono::steady_clock::now();
+  auto hp = ParseHostPort(link.address, link.Describe());
+  int delay_ms = 100;
+  for (int attempt = 1; !stopping; ++attempt) {
+    // Sleep in small steps, so a client being destroyed is not held up.
+    for (int slept = 0; slept < delay_ms && !stopping; slept += 50) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (stopping) return;
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    if (waited.count() > options.reconnect_timeout_ms) {
+      TETHER_LOG(kError) << "gave up on " << link.Describe() << " after "
+                         << waited.count() / 1000 << " s and " << attempt - 1
+                         << " attempts (reconnect_timeout_ms)";
+      std::lock_guard lock(link.mu);
+      link.gave_up = true;
+      return;
+    }
+    Status tried = [&]() -> Status {
+      if (!hp.ok()) return hp.status();
+      auto socket = ConnectWithRetry(io, *hp, link.Describe(), 0);
+      if (!socket.ok()) return socket.status();
+      ConnectionOptions co;
+      co.max_frame_bytes = options.max_frame_bytes;
+      Attach(link, std::make_shared<Connection>(std::move(*socket), co));
+      auto w = Handshake(link, welcome.rank, options.connect_timeout_ms);
+      if (!w.ok()) return w.status();
+      int64_t mine = clock.load();
+      while (w->clock > mine && !clock.compare_exchange_weak(mine, w->clock)) {
+      }
+      return Redefine(link);
+    }();
+    if (tried.ok()) {
+      TETHER_LOG(kWarning) << "reconnected to " << link.Describe() << " after "
+                           << attempt << " attempt(s), "
+                           << waited.count() / 1000 << " s";
+      std::lock_guard lock(link.mu);
+      link.reconnecting = false;
+      return;
+    }
+    if (attempt == 1 || attempt % 10 == 0) {
+      TETHER_LOG(kWarning) << "cannot reach " << link.Describe() << " ("
+                           << tried.message() << "); attempt " << attempt
+                           << ", trying again in " << delay_ms << " ms";
+    }
+    {
+      // A connection that failed half way is closed for good; the next
+      // attempt starts a new one.
+      std::lock_guard lock(link.mu);
+      if (link.conn) link.conn->Close();
+      link.closed = true;
+    }
+    delay_ms = std::min(delay_ms * 2, 5000);
+  }
+}
+
+Status Client::Impl::Redefine(Link& link) {
+  std::vector<std::pair<std::string, TensorMeta>> defined;
+  {
+    std::lock_guard lock(tensors_mu);
+    defined.assign(tensors.begin(), tensors.end());
+  }
+  // In the order they were first defined, so a shard that starts empty
+  // hands out the same ids.
+  std::sort(defined.begin(), defined.end(), [](const auto& a, const auto& b) {
+    return a.second.id < b.second.id;
+  });
+  for (const auto& [name, meta] : defined) {
+    auto promise = std::make_shared<std::promise<Status>>();
+    uint64_t request = NextId();
+    Send(
+        link, request,
+        DefineFrame(request, name, meta.sparse, meta.shape, meta.dim,
+                    meta.init),
+        [promise, id = meta.id, name](const wire::Message* m, const Status& e) {
+          if (m == nullptr) return promise->set_value(e);
+          const wire::DefineAck* ack = m->body_as_DefineAck();
+          if (ack == nullptr || ack->id() != id) {
+            return promise->set_value(ProtocolError(
+                "'" + name + "' came back with another id after the restart"));
+          }
+          promise->set_value(Status::Ok());
+        });
+    auto future = promise->get_future();
+    if (future.wait_for(std::chrono::milliseconds(
+            options.connect_timeout_ms)) != std::future_status::ready) {
+      return Status(Code::kTimeout, "defining '" + name + "' again timed out");
+    }
+    TETHER_RETURN_IF_ERROR(future.get());
+  }
+  return Status::Ok();
+}
+
 void Client::Impl::Tick(Link& link) {
-  if (stopping) return;
+  std::shared_ptr<Connection> conn;
   {
     std::lock_guard lock(link.mu);
-    if (link.closed) return;
+    if (stopping || link.closed) {
+      link.ticking = false;  // a reconnection starts the loop again
+      return;
+    }
+    if (link.greeted) conn = link.conn;
   }
-  flatbuffers::FlatBufferBuilder fbb(64);
-  link.conn->Send(FinishFrame(fbb, wire::CreateHeartbeat(fbb, 0, UnixMs())));
+  if (conn) {
+    flatbuffers::FlatBufferBuilder fbb(64);
+    conn->Send(FinishFrame(fbb, wire::CreateHeartbeat(fbb, 0, UnixMs())));
+  }
 
   // Say what we wait for when a request takes long: a pull held until the
   // slowest worker catches up, or a shard that stopped answering.
@@ -391,26 +587,18 @@ void Client::Impl::Define(const std::string& name, bool sparse,
   for (uint64_t d : shape) size *= d;
   auto id = std::make_shared<std::atomic<uint32_t>>(0);
   auto fanout = std::make_shared<Fanout>(
-      links.size(), [this, name, sparse, size, dim, id,
+      links.size(), [this, name, sparse, size, dim, id, shape, init,
                      done = std::move(done)](const Status& s) {
         if (s.ok()) {
           std::lock_guard lock(tensors_mu);
-          tensors[name] = {id->load(), sparse ? dim : size, sparse};
+          tensors[name] = {id->load(), sparse ? dim : size, sparse, shape, dim,
+                           init};
         }
         done(s);
       });
   for (auto& link : links) {
     uint64_t request = NextId();
-    flatbuffers::FlatBufferBuilder fbb(256);
-    auto name_offset = fbb.CreateString(name);
-    auto init_offset = wire::CreateInitSpec(fbb, ToWire(init.kind), init.scale);
-    OutFrame frame =
-        sparse
-            ? FinishFrame(fbb, wire::CreateDefineTable(
-                                   fbb, request, name_offset, dim, init_offset))
-            : FinishFrame(fbb, wire::CreateDefineTensor(
-                                   fbb, request, name_offset,
-                                   fbb.CreateVector(shape), init_offset));
+    OutFrame frame = DefineFrame(request, name, sparse, shape, dim, init);
     Send(*link, request, std::move(frame),
          [fanout, id](const wire::Message* m, const Status& error) {
            if (m == nullptr) return fanout->Finish(error);
@@ -468,6 +656,7 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   c.clock = c.welcome.clock;
   c.read_clock = c.welcome.clock;
   if (c.welcome.heartbeat_ms > 0) c.heartbeat_ms = c.welcome.heartbeat_ms;
+  c.welcomed = true;
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
@@ -888,6 +1077,36 @@ Result<int64_t> Client::CheckpointNow() {
   });
   if (!s.ok()) return s;
   return round->load();
+}
+
+Status Client::AwaitShards(int timeout_ms) {
+  Impl& c = *impl_;
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  bool said = false;
+  while (true) {
+    std::string down;
+    for (auto& link : c.links) {
+      std::lock_guard lock(link->mu);
+      if (link->gave_up) {
+        return Unavailable(link->Describe() + " is gone: gave up reconnecting");
+      }
+      if (link->closed && !link->reconnecting) {
+        return Unavailable(link->Describe() + " is lost (not reconnecting)");
+      }
+      if (link->closed) down = link->Describe();
+    }
+    if (down.empty()) return Status::Ok();
+    if (std::chrono::steady_clock::now() >= end) {
+      return Unavailable(down + " did not come back in " +
+                         std::to_string(timeout_ms / 1000) + " s");
+    }
+    if (!said) {
+      TETHER_LOG(kWarning) << "waiting for " << down << " to come back";
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 Result<Client::DataChunk> Client::NextChunk(uint64_t rows, uint32_t chunk_rows,

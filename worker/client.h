@@ -71,6 +71,9 @@ struct ClientOptions {
   // A request unanswered this long is logged (and again as long as it
   // waits), saying which shard it waits for: a worker never waits silently.
   int slow_request_ms = 10000;
+  // Workers: a lost shard is dialled again with backoff (0.1 s doubling to
+  // 5 s) for this long, then given up; 0: never.
+  int reconnect_timeout_ms = 120000;
   // Threads that send, receive and copy replies; connections to different
   // shards proceed in parallel on different threads.
   int io_threads = 2;
@@ -178,6 +181,11 @@ class Client {
 
   // Every shard's counters, by shard id.
   Result<std::vector<ShardStats>> Stats();
+
+  // After a request failed with kUnavailable: waits until every lost shard
+  // is reconnected (Ok), or one is given up or `timeout_ms` passes (the
+  // error names the shard).
+  Status AwaitShards(int timeout_ms);
 
   // Largest staleness any shard reported for this client's pushes.
   int64_t max_push_staleness() const { return max_push_staleness_; }

@@ -103,6 +103,20 @@ Status ToleratingStale(Status pushed, uint64_t* rejected) {
   return Status::Ok();
 }
 
+// Runs `step`; when a shard was lost (kUnavailable), waits for the client to
+// reconnect and runs it again, so a restarted shard costs only the step in
+// flight.
+template <typename Step>
+Status SurvivingLostShards(Client& client, Step step) {
+  while (true) {
+    Status s = step();
+    if (s.code() != Code::kUnavailable) return s;
+    TETHER_LOG(kWarning) << s.message() << "; the step is repeated once "
+                         << "the shard is back";
+    TETHER_RETURN_IF_ERROR(client.AwaitShards(180000));
+  }
+}
+
 // Progress: counts samples and loss, reports to the coordinator, prints
 // the progress line.
 class Reporter {
@@ -247,7 +261,8 @@ class DenseTrainer {
                       client_.seed(), epoch);
       for (size_t first = 0; first < order.size(); first += o_.batch) {
         if (clock++ < start_clock) continue;
-        TETHER_RETURN_IF_ERROR(Step(order, first, epoch));
+        TETHER_RETURN_IF_ERROR(SurvivingLostShards(
+            client_, [&] { return Step(order, first, epoch); }));
       }
     }
     return Status::Ok();
@@ -280,7 +295,8 @@ class DenseTrainer {
       std::vector<uint32_t> rows(order.begin() + chunk->first,
                                  order.begin() + chunk->first + chunk->count);
       for (size_t first = 0; first < rows.size(); first += o_.batch) {
-        TETHER_RETURN_IF_ERROR(Step(rows, first, chunk->epoch));
+        TETHER_RETURN_IF_ERROR(SurvivingLostShards(
+            client_, [&] { return Step(rows, first, chunk->epoch); }));
       }
     }
   }
@@ -355,7 +371,8 @@ class SparseTrainer {
         if (!n.ok()) return n.status();
         if (*n == 0) break;
         if (clock++ < start_clock) continue;
-        TETHER_RETURN_IF_ERROR(Step(batch, epoch));
+        TETHER_RETURN_IF_ERROR(
+            SurvivingLostShards(client_, [&] { return Step(batch, epoch); }));
       }
     }
     Result<EvalResult> eval = Evaluate();
