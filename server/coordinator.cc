@@ -12,7 +12,8 @@ Coordinator::Coordinator(RunSettings settings, std::string own_address,
       shard_conns_(settings.num_shards),
       shard_seen_(settings.num_shards, false),
       latest_complete_round_(settings.resume_round),
-      worker_conns_(settings.num_workers, nullptr) {
+      worker_conns_(settings.num_workers, nullptr),
+      worker_links_(settings.num_workers) {
   shard_addresses_[0] = std::move(own_address);
 }
 
@@ -92,8 +93,9 @@ void Coordinator::ShardLeft(int shard_id, const Connection* conn) {
 }
 
 Result<int> Coordinator::JoinWorker(int requested_rank, int staleness,
-                                    const std::shared_ptr<Connection>& conn) {
-  std::lock_guard lock(mu_);
+                                    const std::shared_ptr<Connection>& conn,
+                                    bool reconnecting) {
+  std::unique_lock lock(mu_);
   const int n = settings_.num_workers;
   int rank = requested_rank;
   if (rank >= n) {
@@ -101,9 +103,17 @@ Result<int> Coordinator::JoinWorker(int requested_rank, int staleness,
                            " is out of range: this run has " +
                            std::to_string(n) + " workers (--workers)");
   }
+  std::shared_ptr<Connection> replaced;
   if (rank >= 0 && worker_conns_[rank] != nullptr) {
-    return InvalidArgument("rank " + std::to_string(rank) +
-                           " is already held by a connected worker");
+    if (!reconnecting) {
+      return InvalidArgument("rank " + std::to_string(rank) +
+                             " is already held by a connected worker");
+    }
+    // The worker gave up on its old connection (it heard nothing for the
+    // run's timeout); this side may not have noticed yet.
+    replaced = worker_links_[rank].lock();
+    TETHER_LOG(kWarning) << "worker " << rank << " reconnected from "
+                         << conn->peer() << "; closing its old connection";
   }
   if (rank < 0) {
     for (int r = 0; r < n && rank < 0; ++r) {
@@ -115,10 +125,13 @@ Result<int> Coordinator::JoinWorker(int requested_rank, int staleness,
     }
   }
   worker_conns_[rank] = conn.get();
+  worker_links_[rank] = conn;
   waiting_.push_back({conn, rank, staleness});
   TETHER_LOG(kInfo) << "worker " << rank << " joined from " << conn->peer()
                     << " (" << JoinedWorkers() << "/" << n << ")";
   ReleaseLocked();
+  lock.unlock();
+  if (replaced) replaced->Close();
   return rank;
 }
 
@@ -127,6 +140,7 @@ void Coordinator::WorkerLeft(int rank, const Connection* conn) {
   if (rank < 0 || rank >= settings_.num_workers) return;
   if (worker_conns_[rank] != conn) return;
   worker_conns_[rank] = nullptr;
+  worker_links_[rank].reset();
   std::erase_if(waiting_,
                 [conn](const Waiting& w) { return w.conn.get() == conn; });
   // A chunk it was training on goes to the next worker that asks.

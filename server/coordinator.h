@@ -50,8 +50,12 @@ class Coordinator {
   // A worker's Hello asking for `requested_rank` (-1: any). Returns the
   // rank it now holds, or the error to send (rank taken or out of range,
   // cluster full). The Welcome follows when the run can start.
+  // A worker that says it is `reconnecting` (its Hello carries its clock)
+  // takes its rank over from a connection that went silent: that one is
+  // closed.
   Result<int> JoinWorker(int requested_rank, int staleness,
-                         const std::shared_ptr<Connection>& conn);
+                         const std::shared_ptr<Connection>& conn,
+                         bool reconnecting = false);
   // Frees `rank` when its connection ends.
   void WorkerLeft(int rank, const Connection* conn);
 
@@ -116,6 +120,7 @@ class Coordinator {
   std::function<void(const ShardRound&)> on_shard_round_;
   std::function<Result<int64_t>()> take_round_;
   std::vector<const Connection*> worker_conns_;  // by rank; null when free
+  std::vector<std::weak_ptr<Connection>> worker_links_;  // the same, owned
   std::vector<Waiting> waiting_;     // hello'd peers not yet welcomed
   bool started_ = false;             // every worker has been welcomed once
   std::optional<ChunkPool> chunks_;  // made by the first DataRequest

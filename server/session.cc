@@ -131,7 +131,8 @@ void Session::OnHello(const wire::Hello& hello) {
           EffectiveStaleness(hello.staleness(), settings.max_staleness);
       int rank = hello.rank();
       if (coordinator_ != nullptr) {
-        auto joined = coordinator_->JoinWorker(rank, peer_.staleness, conn_);
+        auto joined = coordinator_->JoinWorker(rank, peer_.staleness, conn_,
+                                               hello.clock() >= 0);
         if (!joined.ok()) return Refuse(joined.status());
         rank = *joined;
       } else if (rank < 0 || rank >= settings.num_workers) {
@@ -143,7 +144,8 @@ void Session::OnHello(const wire::Hello& hello) {
       peer_.rank = rank;
       hello_done_ = true;
       // Connected first, so the Welcome carries the clock it joins at.
-      shard_->SetWorkerConnected(rank, true, peer_.staleness, hello.clock());
+      shard_->SetWorkerConnected(rank, true, peer_.staleness, hello.clock(),
+                                 conn_.get());
       if (coordinator_ == nullptr) {
         conn_->Send(MakeWelcome(rank, peer_.staleness));
       }
@@ -171,7 +173,8 @@ void Session::OnClosed(const Status& why) {
   }
   if (!hello_done_) return;
   if (peer_.role == wire::Role::Worker) {
-    shard_->SetWorkerConnected(peer_.rank, false, peer_.staleness);
+    shard_->SetWorkerConnected(peer_.rank, false, peer_.staleness, -1,
+                               conn_.get());
     if (coordinator_ != nullptr)
       coordinator_->WorkerLeft(peer_.rank, conn_.get());
   } else if (peer_.role == wire::Role::Shard && coordinator_ != nullptr) {

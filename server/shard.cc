@@ -51,6 +51,7 @@ Shard::Shard(int shard_id, RunSettings settings, size_t max_frame_bytes)
       store_(settings.seed, settings.block_size, settings.optimizer),
       clocks_(settings.num_workers, settings.backup_workers),
       connected_(settings.num_workers, false),
+      worker_conn_(settings.num_workers, nullptr),
       evicted_(settings.num_workers, false),
       moved_forward_(settings.num_workers, false),
       last_heard_(settings.num_workers, SteadyClock::now()),
@@ -421,9 +422,11 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
 }
 
 void Shard::SetWorkerConnected(int rank, bool connected, int staleness,
-                               int64_t clock) {
+                               int64_t clock, const Connection* conn) {
   std::lock_guard lock(mu_);
   if (rank < 0 || rank >= static_cast<int>(connected_.size())) return;
+  if (!connected && conn != nullptr && worker_conn_[rank] != conn) return;
+  worker_conn_[rank] = connected ? conn : nullptr;
   connected_[rank] = connected;
   staleness_bound_[rank] = staleness;
   evicted_[rank] = false;

@@ -60,8 +60,10 @@ class Shard {
   // again counts again from its last clock.
   // A worker that (re)connects says its own clock (`clock`, -1 unknown);
   // it joins at the latest of that, its clock here and the others'.
+  // `conn` identifies the connection: a disconnect from one that has since
+  // been replaced (the worker reconnected) changes nothing.
   void SetWorkerConnected(int rank, bool connected, int staleness,
-                          int64_t clock = -1);
+                          int64_t clock = -1, const Connection* conn = nullptr);
   // After a restart: no worker holds back the others until it reconnects.
   void ForgetWorkers();
   // The clock of worker `rank` on this shard.
@@ -135,8 +137,9 @@ class Shard {
   ParamStore store_;
   ClockTable clocks_;
   std::vector<bool> connected_;
-  std::vector<bool> evicted_;        // connected but silent too long
-  std::vector<bool> moved_forward_;  // clock set ahead by the shard
+  std::vector<const Connection*> worker_conn_;  // the current one, by rank
+  std::vector<bool> evicted_;                   // connected but silent too long
+  std::vector<bool> moved_forward_;             // clock set ahead by the shard
   std::vector<SteadyClock::time_point> last_heard_;
   uint64_t evictions_ = 0;
   uint64_t late_pushes_ = 0;

@@ -101,6 +101,7 @@ struct WelcomeInfo {
   int num_workers = 0;
   uint32_t block_size = 0;
   int heartbeat_ms = 0;
+  int silence_ms = 0;  // the run's --worker-timeout-ms
   std::vector<std::string> shard_addresses;
 };
 
@@ -259,6 +260,7 @@ void Client::Impl::Attach(Link& link, std::shared_ptr<Connection> conn) {
     link.conn = conn;
     link.closed = false;
     link.greeted = false;
+    link.last_heard_ms = SteadyMs();
   }
   Link* raw = &link;
   conn->Start([this, raw](Frame frame) { OnFrame(*raw, frame); },
@@ -299,6 +301,7 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
          info.num_workers = w->config()->num_workers();
          info.block_size = w->config()->block_size();
          info.heartbeat_ms = w->config()->heartbeat_ms();
+         info.silence_ms = w->config()->worker_timeout_ms();
          if (w->shard_map() && w->shard_map()->shards()) {
            for (const wire::ShardInfo* s : *w->shard_map()->shards()) {
              info.shard_addresses.push_back(s->address() ? s->address()->str()
@@ -466,9 +469,9 @@ void Client::Impl::Reconnect(Link& link) {
       return;
     }
     if (attempt == 1 || attempt % 10 == 0) {
-      TETHER_LOG(kWarning) << "cannot reach " << link.Describe() << " ("
-                           << tried.message() << "); attempt " << attempt
-                           << ", trying again in " << delay_ms << " ms";
+      TETHER_LOG(kWarning) << "reconnecting, attempt " << attempt << ": "
+                           << tried.message() << "; next in " << delay_ms
+                           << " ms";
     }
     {
       // A connection that failed half way is closed for good; the next
@@ -531,6 +534,18 @@ void Client::Impl::Tick(Link& link) {
   if (conn) {
     flatbuffers::FlatBufferBuilder fbb(64);
     conn->Send(FinishFrame(fbb, wire::CreateHeartbeat(fbb, 0, UnixMs())));
+    // Heartbeats go both ways: a shard that answers nothing for the run's
+    // worker timeout is given up on and dialled again (the network may
+    // have been cut; a fresh connection does not wait out TCP's backoff).
+    const int64_t silent_ms = SteadyMs() - link.last_heard_ms;
+    const int limit_ms = welcome.silence_ms;
+    if (welcomed && !options.observer && limit_ms > 0 && silent_ms > limit_ms) {
+      TETHER_LOG(kWarning) << "heard nothing from " << link.Describe()
+                           << " for " << silent_ms / 1000
+                           << " s (the run's --worker-timeout-ms); dropping "
+                              "the connection to dial it again";
+      conn->Close();
+    }
   }
 
   // Say what we wait for when a request takes long: a pull held until the
