@@ -199,6 +199,32 @@ void Connection::Shutdown(const Status& why) {
   }
 }
 
+Result<HostPort> Listen(tcp::acceptor& acceptor, const std::string& listen,
+                        const std::string& flag) {
+  auto hp = ParseHostPort(listen, flag, true);
+  if (!hp.ok()) return hp.status();
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(hp->host, ec);
+  if (ec) {
+    tcp::resolver resolver(acceptor.get_executor());
+    auto results = resolver.resolve(hp->host, std::to_string(hp->port), ec);
+    if (ec || results.empty()) {
+      return InvalidArgument(flag + ": cannot resolve '" + hp->host + "'");
+    }
+    address = results.begin()->endpoint().address();
+  }
+  tcp::endpoint endpoint(address, hp->port);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Unavailable(flag + ": cannot listen on " + listen + ": " +
+                       ec.message());
+  }
+  return HostPort{hp->host, acceptor.local_endpoint().port()};
+}
+
 Result<tcp::socket> ConnectWithRetry(asio::io_context& io,
                                      const HostPort& address,
                                      const std::string& what, int timeout_ms) {

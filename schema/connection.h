@@ -97,6 +97,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t bytes_out_ = 0;
 };
 
+// Opens, binds and listens `acceptor` on `listen` ("HOST:PORT"; port 0
+// picks a free one) and returns the address bound, with the real port.
+// Errors name `flag`: kInvalidArgument for an address that does not parse
+// or resolve, kUnavailable when it cannot be bound (a port in use).
+Result<HostPort> Listen(tcp::acceptor& acceptor, const std::string& listen,
+                        const std::string& flag);
+
 // Resolves and connects to `address`, retrying refused connections until
 // `timeout_ms` has passed. Blocking; returns kUnavailable naming `what` and
 // the address when it cannot connect.

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "schema/connection.h"
 #include "schema/flags.h"
 #include "schema/log.h"
 
@@ -169,6 +170,10 @@ class HttpServer::Impl::WebSocketSession
     ws_.text(true);
     ws_.async_write(asio::buffer(*queue_.front()),
                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                      if (ec == beast::error::timeout) {
+                        ++self->server_->dropped;  // it stopped reading
+                        return self->Fail("dropped: write timed out");
+                      }
                       if (ec) return self->Fail("write: " + ec.message());
                       self->queue_.pop_front();
                       if (!self->queue_.empty()) self->DoWrite();
@@ -378,32 +383,14 @@ HttpServer::HttpServer(asio::io_context& io, HttpOptions options,
 HttpServer::~HttpServer() { Stop(); }
 
 Status HttpServer::Start() {
-  auto listen = ParseHostPort(impl_->options.listen, "--http", true);
-  if (!listen.ok()) return listen.status();
-  beast::error_code ec;
-  auto address = asio::ip::make_address(listen->host, ec);
-  if (ec) {
-    tcp::resolver resolver(impl_->io);
-    auto results =
-        resolver.resolve(listen->host, std::to_string(listen->port), ec);
-    if (ec || results.empty()) {
-      return InvalidArgument("--http: cannot resolve '" + listen->host + "'");
-    }
-    address = results.begin()->endpoint().address();
-  }
-  tcp::endpoint endpoint(address, listen->port);
-  tcp::acceptor& a = impl_->acceptor;
-  a.open(endpoint.protocol(), ec);
-  if (!ec) a.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) a.bind(endpoint, ec);
-  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Unavailable("--http: cannot listen on " + impl_->options.listen +
-                       ": " + ec.message() +
+  auto bound = Listen(impl_->acceptor, impl_->options.listen, "--http");
+  if (!bound.ok()) {
+    if (bound.status().code() != Code::kUnavailable) return bound.status();
+    return Unavailable(bound.status().message() +
                        " (--http 127.0.0.1:0 picks a free port, --http off "
                        "serves no dashboard)");
   }
-  impl_->address = HostPort{listen->host, a.local_endpoint().port()}.ToString();
+  impl_->address = bound->ToString();
   impl_->DoAccept();
   return Status::Ok();
 }

@@ -31,34 +31,10 @@ Server::~Server() {
 }
 
 Status Server::Bind() {
-  auto listen = ParseHostPort(options_.listen, "--listen", true);
-  if (!listen.ok()) return listen.status();
-  boost::system::error_code ec;
-  auto address = asio::ip::make_address(listen->host, ec);
-  if (ec) {
-    tcp::resolver resolver(io_);
-    auto results =
-        resolver.resolve(listen->host, std::to_string(listen->port), ec);
-    if (ec || results.empty()) {
-      return InvalidArgument("--listen: cannot resolve '" + listen->host + "'");
-    }
-    address = results.begin()->endpoint().address();
-  }
-  tcp::endpoint endpoint(address, listen->port);
-  acceptor_.open(endpoint.protocol(), ec);
-  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) acceptor_.bind(endpoint, ec);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return Unavailable("--listen: cannot listen on " + options_.listen + ": " +
-                       ec.message());
-  }
-  uint16_t port = acceptor_.local_endpoint().port();
-  if (!options_.advertise.empty()) {
-    address_ = options_.advertise;
-  } else {
-    address_ = HostPort{listen->host, port}.ToString();
-  }
+  auto bound = Listen(acceptor_, options_.listen, "--listen");
+  if (!bound.ok()) return bound.status();
+  address_ =
+      options_.advertise.empty() ? bound->ToString() : options_.advertise;
   return Status::Ok();
 }
 
