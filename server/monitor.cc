@@ -789,6 +789,21 @@ std::string Monitor::Metrics(TimePoint now) {
   m.Sample("tether_checkpoint_rounds_total",
            Exposition::Label("status", "failed"),
            static_cast<double>(rounds_failed_));
+  const ShardStats& s0 = shards_[0].stats;
+  if (!s0.data_epochs.empty()) {
+    m.Family("tether_data_rows_done", "gauge",
+             "Rows of each epoch in chunks completed (--chunk-rows).");
+    for (const ShardStats::DataEpoch& e : s0.data_epochs) {
+      m.Sample("tether_data_rows_done",
+               Exposition::Label("epoch", std::to_string(e.epoch)),
+               static_cast<double>(e.rows_done));
+    }
+    m.Family("tether_data_chunks_reassigned_total", "counter",
+             "Chunks given back by dead or evicted workers and handed out "
+             "again.");
+    m.Sample("tether_data_chunks_reassigned_total", "",
+             static_cast<double>(s0.chunks_reassigned));
+  }
   m.Family("tether_dashboard_clients", "gauge",
            "WebSocket clients of the dashboard.");
   m.Sample("tether_dashboard_clients", "",

@@ -52,6 +52,7 @@ Shard::Shard(int shard_id, RunSettings settings, size_t max_frame_bytes)
       clocks_(settings.num_workers, settings.backup_workers),
       connected_(settings.num_workers, false),
       worker_conn_(settings.num_workers, nullptr),
+      ever_connected_(settings.num_workers, false),
       evicted_(settings.num_workers, false),
       moved_forward_(settings.num_workers, false),
       last_heard_(settings.num_workers, SteadyClock::now()),
@@ -74,7 +75,12 @@ void Shard::Heard(int rank) {
 }
 
 void Shard::JoinLocked(int rank, int64_t clock) {
-  const int64_t join = std::max(clocks_.JoinClock(rank), clock);
+  // The first connection at the start of a run joins where it is: workers
+  // connect one after another, and the first ones may have clocked already.
+  const bool rejoin = ever_connected_[rank];
+  ever_connected_[rank] = true;
+  const int64_t join =
+      std::max(rejoin ? clocks_.JoinClock(rank) : clocks_.clock(rank), clock);
   std::vector<ClockTable::Release> released;
   if (join > clocks_.clock(rank)) {
     moved_forward_[rank] = true;
@@ -116,7 +122,7 @@ std::vector<int> Shard::EvictSilent() {
 int64_t Shard::JoinClock(int rank) {
   std::lock_guard lock(mu_);
   if (rank < 0 || rank >= clocks_.num_workers()) return 0;
-  return clocks_.JoinClock(rank);
+  return ever_connected_[rank] ? clocks_.JoinClock(rank) : clocks_.clock(rank);
 }
 
 void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
@@ -427,6 +433,10 @@ void Shard::SetWorkerConnected(int rank, bool connected, int staleness,
   if (rank < 0 || rank >= static_cast<int>(connected_.size())) return;
   if (!connected && conn != nullptr && worker_conn_[rank] != conn) return;
   worker_conn_[rank] = connected ? conn : nullptr;
+  if (connected && evicted_[rank]) {
+    TETHER_LOG(kWarning) << "worker " << rank
+                         << " is back after its eviction: it reconnected";
+  }
   connected_[rank] = connected;
   staleness_bound_[rank] = staleness;
   evicted_[rank] = false;

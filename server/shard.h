@@ -128,8 +128,8 @@ class Shard {
 
   using SteadyClock = std::chrono::steady_clock;
   ShardStats OwnStats();  // Stats() without the extra figures
-  // Makes `rank` live at its join clock (at least `clock`), answering what
-  // that releases.
+  // Makes `rank` live, at least at `clock` and, when it rejoins, at its
+  // join clock; answers what that releases.
   void JoinLocked(int rank, int64_t clock = -1);
 
   std::mutex mu_;
@@ -138,8 +138,9 @@ class Shard {
   ClockTable clocks_;
   std::vector<bool> connected_;
   std::vector<const Connection*> worker_conn_;  // the current one, by rank
-  std::vector<bool> evicted_;                   // connected but silent too long
-  std::vector<bool> moved_forward_;             // clock set ahead by the shard
+  std::vector<bool> ever_connected_;  // a second connection is a rejoin
+  std::vector<bool> evicted_;         // connected but silent too long
+  std::vector<bool> moved_forward_;   // clock set ahead by the shard
   std::vector<SteadyClock::time_point> last_heard_;
   uint64_t evictions_ = 0;
   uint64_t late_pushes_ = 0;
