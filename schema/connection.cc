@@ -32,7 +32,8 @@ Connection::Connection(tcp::socket socket, ConnectionOptions options)
     : options_(options),
       peer_(PeerOf(socket)),
       socket_(std::move(socket)),
-      strand_(asio::make_strand(socket_.get_executor())) {
+      strand_(asio::make_strand(socket_.get_executor())),
+      deadline_(strand_) {
   boost::system::error_code ignored;
   socket_.set_option(tcp::no_delay(true), ignored);
 }
@@ -40,13 +41,15 @@ Connection::Connection(tcp::socket socket, ConnectionOptions options)
 Connection::~Connection() = default;
 
 void Connection::Start(FrameHandler on_frame, CloseHandler on_close) {
-  asio::dispatch(strand_,
-                 [self = shared_from_this(), on_frame = std::move(on_frame),
-                  on_close = std::move(on_close)]() mutable {
-                   self->on_frame_ = std::move(on_frame);
-                   self->on_close_ = std::move(on_close);
-                   self->DoReadHeader();
-                 });
+  asio::dispatch(strand_, [self = shared_from_this(),
+                           on_frame = std::move(on_frame),
+                           on_close = std::move(on_close)]() mutable {
+    self->on_frame_ = std::move(on_frame);
+    self->on_close_ = std::move(on_close);
+    self->started_ = self->last_frame_ = asio::steady_timer::clock_type::now();
+    self->OnDeadline();
+    self->DoReadHeader();
+  });
 }
 
 void Connection::DoReadHeader() {
@@ -96,6 +99,8 @@ void Connection::OnReadBody(const boost::system::error_code& ec, size_t n) {
   bytes_in_ += n;
   Frame frame = std::move(incoming_);
   if (Status s = frame.Verify(); !s.ok()) return FailRead(s);
+  last_frame_ = asio::steady_timer::clock_type::now();
+  got_frame_ = true;
   if (on_frame_) on_frame_(std::move(frame));
   DoReadHeader();
 }
@@ -184,9 +189,46 @@ void Connection::MaybeResumeRead() {
   }
 }
 
+void Connection::ArmDeadline(asio::steady_timer::time_point when) {
+  deadline_.expires_at(when);
+  deadline_.async_wait(
+      [self = shared_from_this()](const boost::system::error_code& ec) {
+        if (!ec) self->OnDeadline();
+      });
+}
+
+void Connection::OnDeadline() {
+  if (closed_) return;
+  using Clock = asio::steady_timer::clock_type;
+  const auto now = Clock::now();
+  auto next = Clock::time_point::max();
+  const int first = options_.first_frame_timeout_ms;
+  if (!got_frame_ && first > 0) {
+    const auto due = started_ + std::chrono::milliseconds(first);
+    if (due <= now) {
+      return Shutdown(
+          Status(Code::kTimeout, "no Hello within " + std::to_string(first) +
+                                     " ms (--handshake-timeout-ms)"));
+    }
+    next = due;
+  }
+  const int idle = options_.idle_timeout_ms;
+  if (idle > 0) {
+    const auto due = last_frame_ + std::chrono::milliseconds(idle);
+    if (due <= now) {
+      return Shutdown(Status(
+          Code::kTimeout,
+          "no frame for " + std::to_string(idle) + " ms (--idle-timeout-ms)"));
+    }
+    next = std::min(next, due);
+  }
+  if (next != Clock::time_point::max()) ArmDeadline(next);
+}
+
 void Connection::Shutdown(const Status& why) {
   if (closed_) return;
   closed_ = true;
+  deadline_.cancel();
   boost::system::error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);

@@ -15,6 +15,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <cstddef>
 #include <deque>
@@ -36,6 +37,11 @@ struct ConnectionOptions {
   size_t max_frame_bytes = kDefaultMaxFrameBytes;
   // Reading pauses while this many bytes wait to be written.
   size_t max_queued_bytes = size_t{256} << 20;
+  // The connection closes when its first frame has not arrived this long
+  // after Start (a peer that never finishes its Hello), or when no frame
+  // has arrived for idle_timeout_ms since. 0: no limit.
+  int first_frame_timeout_ms = 0;
+  int idle_timeout_ms = 0;
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -75,12 +81,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void FailRead(const Status& why);
   void Shutdown(const Status& why);
   void MaybeResumeRead();
+  // The handshake and idle limits: one timer, armed at Start and again
+  // when it fires early (frames only note their time; no timer work per
+  // frame).
+  void ArmDeadline(asio::steady_timer::time_point when);
+  void OnDeadline();
 
   // Constant after construction.
   const ConnectionOptions options_;
   const std::string peer_;
   tcp::socket socket_;
   asio::strand<asio::any_io_executor> strand_;
+  asio::steady_timer deadline_;                // on the strand
+  asio::steady_timer::time_point started_;     // on the strand
+  asio::steady_timer::time_point last_frame_;  // on the strand
+  bool got_frame_ = false;                     // on the strand
 
   // Touched on the strand only.
   FrameHandler on_frame_;

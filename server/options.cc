@@ -69,6 +69,18 @@ void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
   p.AddInt("connect-timeout-ms", &o.connect_timeout_ms,
            "how long a shard keeps trying to reach the coordinator");
   p.AddBool("verbose", &o.verbose, "log debug lines");
+  p.AddInt("handshake-timeout-ms", &o.handshake_timeout_ms,
+           "a connection that has not sent its Hello this long is closed");
+  p.AddInt("idle-timeout-ms", &o.idle_timeout_ms,
+           "a connection that sends nothing this long is closed (workers "
+           "send heartbeats); 0: never");
+  p.AddInt("max-connections", &o.max_connections,
+           "connections this shard serves at once; more are refused");
+  p.AddUint64("max-keys", &o.max_keys,
+              "sparse keys in one pull or push; more are refused");
+  p.AddInt("max-waiting", &o.max_waiting,
+           "pulls one connection may have held (waiting for the slowest "
+           "worker) at once; more are refused");
   p.AddString("http", &o.dashboard.http.listen,
               "HOST:PORT of the live dashboard (shard 0; port 0: any free "
               "port; off: no dashboard)");
@@ -193,6 +205,19 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
   if (o.dashboard.interval_ms < 10 || o.dashboard.interval_ms > 60000) {
     return InvalidArgument("--dashboard-interval-ms: must be in 10..60000");
   }
+  if (o.handshake_timeout_ms < 100) {
+    return InvalidArgument("--handshake-timeout-ms: must be >= 100");
+  }
+  if (o.idle_timeout_ms < 0 ||
+      (o.idle_timeout_ms > 0 && o.idle_timeout_ms < 2 * o.heartbeat_ms)) {
+    return InvalidArgument(
+        "--idle-timeout-ms: must be 0 or at least twice --heartbeat-ms");
+  }
+  if (o.max_connections < 1) {
+    return InvalidArgument("--max-connections: must be >= 1");
+  }
+  if (o.max_keys < 1) return InvalidArgument("--max-keys: must be >= 1");
+  if (o.max_waiting < 1) return InvalidArgument("--max-waiting: must be >= 1");
   if (o.connect_timeout_ms < 0) {
     return InvalidArgument("--connect-timeout-ms: must be >= 0");
   }

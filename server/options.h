@@ -35,7 +35,12 @@ struct ServerOptions {
   int threads = 2;                        // --threads: I/O threads
   uint64_t max_frame_bytes = uint64_t{64} << 20;  // --max-frame-bytes
   int connect_timeout_ms = 10000;                 // --connect-timeout-ms
-  bool verbose = false;                           // --verbose: debug logging
+  int handshake_timeout_ms = 10000;       // --handshake-timeout-ms: for Hello
+  int idle_timeout_ms = 60000;            // --idle-timeout-ms: 0 never
+  int max_connections = 1024;             // --max-connections
+  uint64_t max_keys = uint64_t{1} << 20;  // --max-keys: per request
+  int max_waiting = 4096;  // --max-waiting: held pulls per connection
+  bool verbose = false;    // --verbose: debug logging
   // Shard 0's dashboard: --http (off: none), --http-max-clients,
   // --http-timeout-ms, --http-header-limit, --http-body-limit, --ws-queue,
   // --dashboard-interval-ms.

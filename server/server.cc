@@ -17,6 +17,9 @@ Server::Server(ServerOptions options)
       acceptor_(asio::make_strand(io_)),
       signals_(io_, SIGINT, SIGTERM) {
   connection_options_.max_frame_bytes = options_.max_frame_bytes;
+  session_options_ = connection_options_;
+  session_options_.first_frame_timeout_ms = options_.handshake_timeout_ms;
+  session_options_.idle_timeout_ms = options_.idle_timeout_ms;
 }
 
 Server::~Server() {
@@ -56,6 +59,7 @@ Status Server::Start() {
       settings.resume_round = *round;
     }
     shard_ = std::make_unique<Shard>(0, settings, options_.max_frame_bytes);
+    shard_->SetLimits(options_.max_keys, options_.max_waiting);
     Shard* shard = shard_.get();
     coordinator_ = std::make_unique<Coordinator>(
         settings, address_,
@@ -193,6 +197,7 @@ Status Server::RegisterWithCoordinator() {
   }
   shard_ = std::make_unique<Shard>(options_.shard_id, *settings,
                                    options_.max_frame_bytes);
+  shard_->SetLimits(options_.max_keys, options_.max_waiting);
   return Status::Ok();
 }
 
@@ -341,15 +346,32 @@ void Server::OnAccept(const boost::system::error_code& ec, tcp::socket socket) {
     // one connection only.
     TETHER_LOG(kWarning) << "accept failed: " << ec.message();
   } else {
-    auto session = std::make_shared<Session>(
-        std::move(socket), connection_options_, shard_.get(),
-        coordinator_.get(), dashboard_ ? &dashboard_->monitor() : nullptr);
+    size_t open = 0;
     {
       std::lock_guard lock(sessions_mu_);
       std::erase_if(sessions_, [](auto& w) { return w.expired(); });
-      sessions_.push_back(session);
+      open = sessions_.size();
     }
-    session->Start();
+    if (open >= static_cast<size_t>(options_.max_connections)) {
+      auto refused =
+          std::make_shared<Connection>(std::move(socket), connection_options_);
+      TETHER_LOG(kWarning) << "refusing " << refused->peer() << ": " << open
+                           << " connections open (--max-connections)";
+      refused->Start([](Frame) {}, [](const Status&) {});
+      refused->SendAndClose(MakeErrorFrame(
+          0, Unavailable("shard " + std::to_string(options_.shard_id) +
+                         " serves " + std::to_string(open) +
+                         " connections already (--max-connections)")));
+    } else {
+      auto session = std::make_shared<Session>(
+          std::move(socket), session_options_, shard_.get(), coordinator_.get(),
+          dashboard_ ? &dashboard_->monitor() : nullptr);
+      {
+        std::lock_guard lock(sessions_mu_);
+        sessions_.push_back(session);
+      }
+      session->Start();
+    }
   }
   DoAccept();
 }

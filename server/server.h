@@ -69,7 +69,8 @@ class Server {
   asio::signal_set signals_;
   std::vector<std::thread> threads_;
   std::string address_;
-  ConnectionOptions connection_options_;
+  ConnectionOptions connection_options_;  // the coordinator link
+  ConnectionOptions session_options_;     // accepted: with the timeouts
 
   std::unique_ptr<CheckpointStore> store_;  // with --data-dir
   std::unique_ptr<Shard> shard_;

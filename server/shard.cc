@@ -92,6 +92,11 @@ void Shard::JoinLocked(int rank, int64_t clock) {
   ClocksMovedLocked(std::move(released));
 }
 
+void Shard::SetLimits(uint64_t max_keys, int max_waiting) {
+  max_keys_ = max_keys;
+  max_waiting_ = max_waiting;
+}
+
 void Shard::SetStatsExtra(std::function<void(ShardStats&)> extra) {
   stats_extra_ = std::move(extra);
 }
@@ -198,12 +203,24 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
   bool is_worker = peer.role == wire::Role::Worker;
   int64_t clock = is_worker ? clocks_.clock(peer.rank) : 0;
   if (is_worker && !clocks_.Ready(clock, peer.staleness)) {
+    int& held = waiting_by_conn_[conn.get()];
+    if (held >= max_waiting_) {
+      return conn->Send(MakeErrorFrame(
+          m.request_id(),
+          InvalidArgument(std::to_string(held) +
+                          " pulls of this connection are already waiting for "
+                          "the slowest worker (--max-waiting)")));
+    }
+    ++held;
     // Answered by the Clock that lets the slowest worker catch up; the
     // reply is built then, so it carries every update up to that moment.
     clocks_.Wait(clock, peer.staleness,
                  [this, conn, id = m.request_id(), tensor = m.tensor(),
                   sparse = m.sparse(), blocks = std::move(blocks),
                   keys = std::move(keys)] {
+                   if (--waiting_by_conn_[conn.get()] <= 0) {
+                     waiting_by_conn_.erase(conn.get());
+                   }
                    OutFrame reply =
                        BuildPullReply(id, tensor, sparse, blocks, keys);
                    bytes_out_ += reply->size();
@@ -259,6 +276,11 @@ OutFrame Shard::BuildPullReply(uint64_t request_id, uint32_t tensor,
 Status Shard::CheckReplySizeLocked(bool sparse, uint32_t tensor,
                                    const std::vector<uint32_t>& blocks,
                                    size_t keys) {
+  if (keys > max_keys_) {
+    return InvalidArgument("pull of " + std::to_string(keys) +
+                           " keys: more than --max-keys " +
+                           std::to_string(max_keys_));
+  }
   uint64_t floats = 0;
   if (sparse) {
     auto dim = store_.TableDim(tensor);
@@ -312,6 +334,11 @@ Status Shard::CheckSparsePush(const wire::Push& m) {
   auto dim = store_.TableDim(m.tensor());
   if (!dim.ok()) return dim.status();
   uint64_t keys = m.keys() ? m.keys()->size() : 0;
+  if (keys > max_keys_) {
+    return InvalidArgument("push of " + std::to_string(keys) +
+                           " keys: more than --max-keys " +
+                           std::to_string(max_keys_));
+  }
   uint64_t rows = m.rows() ? m.rows()->size() : 0;
   if (rows != keys * *dim) {
     return InvalidArgument("sparse push has " + std::to_string(rows) +

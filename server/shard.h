@@ -77,6 +77,10 @@ class Shard {
   std::vector<int> EvictSilent();
   // Any frame from worker `rank`: it is alive; an evicted one rejoins.
   void Heard(int rank);
+  // Requests with more than `max_keys` sparse keys, and pulls beyond
+  // `max_waiting` held at once for one connection, are refused (the
+  // limits are --max-keys and --max-waiting). Set before serving.
+  void SetLimits(uint64_t max_keys, int max_waiting);
   // Adds figures the shard does not own to Stats() (shard 0: the chunk
   // accounting). Set before serving.
   void SetStatsExtra(std::function<void(ShardStats&)> extra);
@@ -145,6 +149,9 @@ class Shard {
   uint64_t evictions_ = 0;
   uint64_t late_pushes_ = 0;
   std::function<void(ShardStats&)> stats_extra_;  // set before serving
+  uint64_t max_keys_ = uint64_t{1} << 20;         // set before serving
+  int max_waiting_ = 4096;                        // set before serving
+  std::map<const Connection*, int> waiting_by_conn_;
   std::vector<int> staleness_bound_;
   // Pushes from BSP workers (bound 0) wait here, by the clock they belong
   // to, until every live worker has finished that clock; then they are

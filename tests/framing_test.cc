@@ -16,6 +16,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "schema/flags.h"
@@ -459,6 +460,126 @@ TEST_F(Framing, ManyBadClientsDoNotStopShard) {
   auto late = ConnectObserver(cluster_->coordinator());
   ASSERT_NE(late, nullptr);
   ExpectServing(*late, "after_many_bad_clients_late", lr_);
+}
+
+// Resident memory of `pid` in KiB (VmRSS), or -1.
+int64_t VmRssKib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+TEST_F(Framing, PeerThatNeverFinishesItsHelloIsClosedAtTheTimeout) {
+  ClusterOptions options;
+  options.extra_flags = {"--handshake-timeout-ms", "500"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(options));
+  auto silent = RawPeer::Connect(cluster_->coordinator());
+  ASSERT_TRUE(silent.ok());
+  auto dribbling = RawPeer::Connect(cluster_->coordinator());
+  ASSERT_TRUE(dribbling.ok());
+  std::vector<uint8_t> hello = HelloFrame(kProtocolVersion);
+  ASSERT_FALSE((*dribbling)->Send(std::span(hello).first(3)));  // never more
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE((*silent)->WaitForClose(kReplyTimeoutMs).ok());
+  EXPECT_TRUE((*dribbling)->WaitForClose(kReplyTimeoutMs).ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - start,
+            std::chrono::milliseconds(400));
+  EXPECT_TRUE(
+      cluster_->shard(0)
+          .WaitForLine("no Hello within 500 ms (--handshake-timeout-ms)", 1000)
+          .ok());
+  ExpectStillServing("after_silent_peers");
+}
+
+TEST_F(Framing, IdleConnectionIsClosedButHeartbeatingWorkersStay) {
+  ClusterOptions options;
+  options.extra_flags = {"--idle-timeout-ms", "1000", "--heartbeat-ms", "200"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(options));
+  auto idle = RawPeer::Connect(cluster_->coordinator());
+  ASSERT_TRUE(idle.ok());
+  ASSERT_FALSE((*idle)->Send(HelloFrame(kProtocolVersion)));
+  auto welcome = (*idle)->ReadFrame(kReplyTimeoutMs);
+  ASSERT_TRUE(welcome.ok()) << welcome.status().ToString();
+  EXPECT_TRUE((*idle)->WaitForClose(kReplyTimeoutMs).ok());
+  EXPECT_TRUE(cluster_->shard(0).WaitForLine("(--idle-timeout-ms)", 1000).ok());
+  // The healthy observer was idle too and is gone; a worker, which sends
+  // heartbeats, outlives the timeout.
+  ClientOptions o;
+  o.coordinator = cluster_->coordinator();
+  auto worker = Client::Connect(o);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1800));
+  EXPECT_TRUE((*worker)->Clock().ok());
+}
+
+TEST_F(Framing, ConnectionsOverTheCapAreRefused) {
+  ClusterOptions options;
+  options.extra_flags = {"--max-connections", "4"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(options));  // the observer holds one
+  std::vector<std::unique_ptr<RawPeer>> held;
+  for (int i = 0; i < 3; ++i) {
+    auto peer = RawPeer::Connect(cluster_->coordinator());
+    ASSERT_TRUE(peer.ok());
+    held.push_back(std::move(*peer));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto refused = RawPeer::Connect(cluster_->coordinator());
+  ASSERT_TRUE(refused.ok());
+  auto error = ReadError(**refused);
+  ASSERT_TRUE(error.ok()) << error.status().ToString();
+  EXPECT_TRUE(Contains(error->message, "--max-connections"));
+  EXPECT_TRUE((*refused)->WaitForClose(kReplyTimeoutMs).ok());
+  ExpectStillServing("at_the_cap");
+  held.clear();  // places freed are taken again
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto late = ConnectObserver(cluster_->coordinator());
+  ASSERT_NE(late, nullptr);
+}
+
+TEST_F(Framing, RequestsWithTooManyKeysAreRefused) {
+  ClusterOptions options;
+  options.extra_flags = {"--max-keys", "100"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(options));
+  ASSERT_TRUE(healthy_->DefineTable("t", 2).ok());
+  std::vector<uint64_t> keys(101);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i;
+  std::vector<float> rows(keys.size() * 2);
+  Status too_many = healthy_->PullRows("t", keys, rows);
+  EXPECT_FALSE(too_many.ok());
+  EXPECT_TRUE(Contains(too_many.message(), "--max-keys"));
+  Status pushed = healthy_->PushRows("t", keys, rows);
+  EXPECT_TRUE(Contains(pushed.message(), "--max-keys"));
+  keys.pop_back();
+  rows.resize(keys.size() * 2);
+  EXPECT_TRUE(healthy_->PullRows("t", keys, rows).ok());
+}
+
+TEST_F(Framing, ManyHostileClientsDoNotGrowTheShardsMemory) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  ExpectServing(*healthy_, "warm_up", lr_);
+  const int64_t before = VmRssKib(cluster_->shard(0).pid());
+  for (int round = 0; round < 4; ++round) {
+    std::vector<std::unique_ptr<RawPeer>> peers;
+    for (int i = 0; i < 50; ++i) {
+      auto peer = RawPeer::Connect(cluster_->coordinator());
+      ASSERT_TRUE(peer.ok());
+      // Frames that announce 60 MB and stop, garbage, and bad Hellos.
+      std::vector<uint8_t> bytes =
+          i % 3 == 0 ? Header(60u << 20)
+                     : (i % 3 == 1 ? GarbageFrame(round * 100 + i, 512)
+                                   : HelloFrame(99));
+      (void)(*peer)->Send(bytes);
+      peers.push_back(std::move(*peer));
+    }
+    for (auto& peer : peers) peer->Close();
+  }
+  ExpectStillServing("after_hostile_rounds");
+  const int64_t after = VmRssKib(cluster_->shard(0).pid());
+  EXPECT_LT(after, before + 32 * 1024)
+      << "RSS " << before << " KiB -> " << after << " KiB";
 }
 
 // Two shards; the bad bytes go to shard 1 (not the coordinator), whose

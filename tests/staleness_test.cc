@@ -187,6 +187,34 @@ TEST_F(Staleness, DepartedWorkerNoLongerHoldsBackAndRejoinsAtTheOthersClock) {
   EXPECT_TRUE(waits.get().ok());
 }
 
+TEST_F(Staleness, PullsHeldBeyondMaxWaitingAreRefused) {
+  ClusterOptions o = TwoShardsTwoWorkers();
+  o.shards = 1;
+  o.extra_flags = {"--max-waiting", "2"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  auto w = ConnectWorkers(cluster_->coordinator(), {0, 0});
+  ASSERT_EQ(w.size(), 2u);
+  for (auto& c : w) ASSERT_TRUE(c->DefineTensor("w", {40}).ok());
+  ASSERT_TRUE(w[0]->Clock().ok());  // worker 0 at 1 waits for worker 1
+  std::vector<std::vector<float>> out(3, std::vector<float>(40));
+  std::vector<std::future<Status>> pulls;
+  for (int i = 0; i < 3; ++i) {
+    pulls.push_back(
+        Async([&, i](auto cb) { w[0]->PullAsync("w", out[i], cb); }));
+  }
+  // The third cannot be held: it is refused at once, naming the flag.
+  ASSERT_TRUE(Ready(pulls[2], 5000));
+  Status third = pulls[2].get();
+  EXPECT_EQ(third.code(), Code::kInvalidArgument) << third.ToString();
+  EXPECT_NE(third.message().find("--max-waiting"), std::string::npos);
+  EXPECT_FALSE(Ready(pulls[0], 200));
+  ASSERT_TRUE(w[1]->Clock().ok());  // the held two are answered
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(Ready(pulls[i], 5000));
+    EXPECT_TRUE(pulls[i].get().ok());
+  }
+}
+
 TEST_F(Staleness, WorkerReportsReachShardZeroStats) {
   ClusterOptions o = TwoShardsTwoWorkers();
   ASSERT_NO_FATAL_FAILURE(StartCluster(o));

@@ -210,6 +210,7 @@ struct Client::Impl {
   std::atomic<int> heartbeat_ms{0};
   std::atomic<bool> stopping{false};
   std::atomic<bool> welcomed{false};  // Connect() has finished
+  std::atomic<uint64_t> losses{0};    // shard connections lost
 
   std::mutex tensors_mu;
   std::unordered_map<std::string, TensorMeta> tensors;  // guarded
@@ -313,8 +314,8 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
   bool start_ticking = false;
   {
     std::lock_guard lock(link.mu);
-    link.greeted = true;  // heartbeats may follow the Hello now
-    if (!options.observer && heartbeat_ms > 0) {
+    link.greeted = true;     // heartbeats may follow the Hello now
+    if (heartbeat_ms > 0) {  // observers too: idle connections are closed
       start_ticking = !link.ticking;
       link.ticking = true;
     }
@@ -410,6 +411,7 @@ void Client::Impl::OnClose(Link& link, int generation, const Status& why) {
                 !link.reconnecting;
     if (reconnect) link.reconnecting = true;
   }
+  if (reconnect) ++losses;
   if (reconnect) {
     // A previous reconnector has returned, or is about to: it cleared
     // `reconnecting` as its last step.
@@ -1093,6 +1095,8 @@ Result<int64_t> Client::CheckpointNow() {
   if (!s.ok()) return s;
   return round->load();
 }
+
+uint64_t Client::shard_losses() const { return impl_->losses.load(); }
 
 Status Client::AwaitShards(int timeout_ms) {
   Impl& c = *impl_;

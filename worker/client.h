@@ -64,7 +64,8 @@ struct ClientOptions {
   size_t chunk_bytes = size_t{4} << 20;  // payload per request frame
   int connect_timeout_ms = 10000;        // per shard, retrying refused connects
   int join_timeout_ms = 600000;          // for the coordinator's Welcome
-  // Heartbeats to every shard (workers only) until the Welcome says how
+  // Heartbeats to every shard (so an idle connection is not closed) until
+  // the Welcome says how
   // often the run wants them; a worker that stops sending them (stopped,
   // cut off) is evicted after the run's --worker-timeout-ms.
   int heartbeat_ms = 1000;
@@ -186,6 +187,9 @@ class Client {
   // is reconnected (Ok), or one is given up or `timeout_ms` passes (the
   // error names the shard).
   Status AwaitShards(int timeout_ms);
+  // How many times a shard connection was lost so far (a request that
+  // failed while this changed may be repeated once it is back).
+  uint64_t shard_losses() const;
 
   // Largest staleness any shard reported for this client's pushes.
   int64_t max_push_staleness() const { return max_push_staleness_; }

@@ -109,8 +109,13 @@ Status ToleratingStale(Status pushed, uint64_t* rejected) {
 template <typename Step>
 Status SurvivingLostShards(Client& client, Step step) {
   while (true) {
+    const uint64_t lost_before = client.shard_losses();
     Status s = step();
+    // Only a lost shard is waited for; other refusals stand.
     if (s.code() != Code::kUnavailable) return s;
+    if (client.shard_losses() == lost_before && client.AwaitShards(0).ok()) {
+      return s;  // every shard is connected: not a lost one
+    }
     TETHER_LOG(kWarning) << s.message() << "; the step is repeated once "
                          << "the shard is back";
     TETHER_RETURN_IF_ERROR(client.AwaitShards(180000));
