@@ -466,7 +466,9 @@ void Shard::SetWorkerConnected(int rank, bool connected, int staleness,
   }
   connected_[rank] = connected;
   staleness_bound_[rank] = staleness;
-  evicted_[rank] = false;
+  // An evicted worker whose old connection ends stays "evicted" until it is
+  // back, so its return is logged whichever connection brings it.
+  if (connected) evicted_[rank] = false;
   last_heard_[rank] = SteadyClock::now();
   if (connected) return JoinLocked(rank, clock);
   ClocksMovedLocked(clocks_.SetLive(rank, false));
