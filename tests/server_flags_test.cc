@@ -49,8 +49,8 @@ struct RunningShard {
 
 RunningShard StartCoordinator(const TempDir& dir,
                               std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {TETHER_SERVER_BIN, "--listen",
-                                   "127.0.0.1:0", "--http", "127.0.0.1:0"};
+  std::vector<std::string> argv = {TETHER_SERVER_BIN, "--listen", "127.0.0.1:0",
+                                   "--http", "127.0.0.1:0"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto process = Process::Start(argv, dir.path() + "/shard0.log");
   EXPECT_TRUE(process.ok()) << process.status().ToString();

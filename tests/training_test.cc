@@ -26,11 +26,11 @@ void ExpectAllSucceed(std::vector<std::unique_ptr<Process>>& workers) {
 TEST(Training, LauncherRunReachesStatedAccuracyOnFashionMnist) {
   TempDir dir;
   std::string output;
-  auto code =
-      RunToExit({TETHER_UP_BIN, "--http", "127.0.0.1:0", "--shards", "2", "--workers", "3", "--slow",
-                 "1", "--slowdown", "3", "--staleness", "2", "--epochs", "2",
-                 "--target-accuracy", "0.82", "--log-dir", dir.path()},
-                &output, 240000);
+  auto code = RunToExit(
+      {TETHER_UP_BIN, "--http", "127.0.0.1:0", "--shards", "2", "--workers",
+       "3", "--slow", "1", "--slowdown", "3", "--staleness", "2", "--epochs",
+       "2", "--target-accuracy", "0.82", "--log-dir", dir.path()},
+      &output, 240000);
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 0) << output;
   EXPECT_NE(output.find("reached the 82% target"), std::string::npos) << output;
