@@ -13,6 +13,32 @@ Frame::Frame(uint32_t body_size)
   }
 }
 
+namespace {
+
+// FlatBuffers 2.0's verifier checks a vector's length field but not that
+// 8-byte elements are 8-byte aligned; reading a misaligned one is undefined
+// behaviour (found by tools/fuzz). Builders always align them, so only a
+// hostile peer sends one.
+template <typename T>
+bool Aligned(const flatbuffers::Vector<T>* v) {
+  return v == nullptr ||
+         reinterpret_cast<uintptr_t>(v->data()) % alignof(T) == 0;
+}
+
+Status CheckWideVectors(const wire::Message& m) {
+  bool aligned = true;
+  if (const auto* d = m.body_as_DefineTensor()) aligned = Aligned(d->shape());
+  if (const auto* p = m.body_as_Pull()) aligned = Aligned(p->keys());
+  if (const auto* p = m.body_as_Push()) aligned = Aligned(p->keys());
+  if (const auto* s = m.body_as_Stats()) {
+    aligned = Aligned(s->staleness_histogram());
+  }
+  if (!aligned) return BadFrame("misaligned 8-byte vector in the message");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Frame::Verify() const {
   if (bytes_ == nullptr || body_size() < kMinFrameBodyBytes) {
     return BadFrame("frame body of " + std::to_string(body_size()) +
@@ -35,7 +61,7 @@ Status Frame::Verify() const {
   if (message()->body_type() == wire::Body::NONE) {
     return BadFrame("message has no body");
   }
-  return Status::Ok();
+  return CheckWideVectors(*message());
 }
 
 Result<uint32_t> ParseFrameHeader(const uint8_t header[kFrameHeaderBytes],
