@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const size_t split = std::min<size_t>(size - 1, data[0] * 4);
   const std::string images = Write("images", data + 1, split);
-  const std::string labels = Write("labels", data + 1 + split, size - 1 - split);
+  const std::string labels =
+      Write("labels", data + 1 + split, size - 1 - split);
   (void)tether::LoadIdx(images, labels);
   unlink(images.c_str());
   unlink(labels.c_str());
