@@ -24,14 +24,15 @@ int64_t ClockTable::max_clock() const {
 
 int64_t ClockTable::closed_clock() const {
   if (backup_ <= 0) return min_clock();
-  std::vector<int64_t> live;
+  std::vector<int64_t>& live = scratch_;  // no allocation per pull
+  live.clear();
   for (size_t r = 0; r < clocks_.size(); ++r) {
     if (live_[r]) live.push_back(clocks_[r]);
   }
   if (live.empty()) return max_clock();
   // The (live - backup)-th highest clock: that many workers reached it.
-  const size_t quorum = std::max<size_t>(
-      1, live.size() > size_t(backup_) ? live.size() - backup_ : 1);
+  const size_t quorum =
+      live.size() > size_t(backup_) ? live.size() - backup_ : 1;
   std::nth_element(live.begin(), live.begin() + (quorum - 1), live.end(),
                    std::greater<int64_t>());
   return live[quorum - 1];

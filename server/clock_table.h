@@ -67,6 +67,7 @@ class ClockTable {
   const int backup_;
   std::vector<int64_t> clocks_;
   std::vector<bool> live_;
+  mutable std::vector<int64_t> scratch_;  // closed_clock()'s workspace
   // Keyed by the minimum clock each waiter needs.
   std::multimap<int64_t, Release> waiting_;
 };

@@ -55,18 +55,26 @@ Shard::Shard(int shard_id, RunSettings settings, size_t max_frame_bytes)
       ever_connected_(settings.num_workers, false),
       evicted_(settings.num_workers, false),
       moved_forward_(settings.num_workers, false),
-      last_heard_(settings.num_workers, SteadyClock::now()),
+      heard_ms_(new std::atomic<int64_t>[settings.num_workers]),
       staleness_bound_(settings.num_workers, -1),
       reports_(settings.num_workers) {}
 
+int64_t Shard::NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             SteadyClock::now().time_since_epoch())
+      .count();
+}
+
 void Shard::Heard(int rank) {
-  std::lock_guard lock(mu_);
   if (rank < 0 || rank >= static_cast<int>(connected_.size())) return;
-  last_heard_[rank] = SteadyClock::now();
+  heard_ms_[rank].store(NowMs(), std::memory_order_relaxed);
+  if (evicted_count_.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard lock(mu_);
   if (!evicted_[rank] || !connected_[rank]) return;
   // An evicted worker that speaks again (it was stopped, or its network
   // came back) rejoins at the others' clock.
   evicted_[rank] = false;
+  --evicted_count_;
   const int64_t was = clocks_.clock(rank);
   JoinLocked(rank);
   TETHER_LOG(kWarning) << "worker " << rank
@@ -106,18 +114,18 @@ std::vector<int> Shard::EvictSilent() {
   const int timeout_ms = settings_.worker_timeout_ms;
   if (timeout_ms <= 0) return evicted;
   std::lock_guard lock(mu_);
-  const auto now = SteadyClock::now();
+  const int64_t now = NowMs();
   for (int r = 0; r < static_cast<int>(connected_.size()); ++r) {
     if (!connected_[r] || evicted_[r] || !clocks_.live(r)) continue;
-    const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
-        now - last_heard_[r]);
-    if (silent.count() < timeout_ms) continue;
+    const int64_t silent = now - heard_ms_[r].load(std::memory_order_relaxed);
+    if (silent < timeout_ms) continue;
     evicted_[r] = true;
+    ++evicted_count_;
     ++evictions_;
     evicted.push_back(r);
-    TETHER_LOG(kWarning) << "worker " << r << " evicted: silent for "
-                         << silent.count() << " ms (--worker-timeout-ms "
-                         << timeout_ms << "); clock " << clocks_.clock(r)
+    TETHER_LOG(kWarning) << "worker " << r << " evicted: silent for " << silent
+                         << " ms (--worker-timeout-ms " << timeout_ms
+                         << "); clock " << clocks_.clock(r)
                          << " no longer holds back the others";
     ClocksMovedLocked(clocks_.SetLive(r, false));
   }
@@ -468,8 +476,11 @@ void Shard::SetWorkerConnected(int rank, bool connected, int staleness,
   staleness_bound_[rank] = staleness;
   // An evicted worker whose old connection ends stays "evicted" until it is
   // back, so its return is logged whichever connection brings it.
-  if (connected) evicted_[rank] = false;
-  last_heard_[rank] = SteadyClock::now();
+  if (connected && evicted_[rank]) {
+    evicted_[rank] = false;
+    --evicted_count_;
+  }
+  heard_ms_[rank].store(NowMs(), std::memory_order_relaxed);
   if (connected) return JoinLocked(rank, clock);
   ClocksMovedLocked(clocks_.SetLive(rank, false));
 }

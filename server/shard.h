@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -131,7 +132,8 @@ class Shard {
   const size_t max_frame_bytes_;
 
   using SteadyClock = std::chrono::steady_clock;
-  ShardStats OwnStats();  // Stats() without the extra figures
+  static int64_t NowMs();  // steady clock
+  ShardStats OwnStats();   // Stats() without the extra figures
   // Makes `rank` live, at least at `clock` and, when it rejoins, at its
   // join clock; answers what that releases.
   void JoinLocked(int rank, int64_t clock = -1);
@@ -145,7 +147,11 @@ class Shard {
   std::vector<bool> ever_connected_;  // a second connection is a rejoin
   std::vector<bool> evicted_;         // connected but silent too long
   std::vector<bool> moved_forward_;   // clock set ahead by the shard
-  std::vector<SteadyClock::time_point> last_heard_;
+  // When each worker was last heard from (steady ms), and how many are
+  // evicted: written on every frame, so kept outside mu_ -- a frame from a
+  // worker takes the lock only when some worker is evicted.
+  std::unique_ptr<std::atomic<int64_t>[]> heard_ms_;
+  std::atomic<int> evicted_count_{0};
   uint64_t evictions_ = 0;
   uint64_t late_pushes_ = 0;
   std::function<void(ShardStats&)> stats_extra_;  // set before serving

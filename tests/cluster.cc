@@ -16,6 +16,27 @@
 
 namespace tether::testing {
 
+bool Eventually(const std::function<bool()>& check, int timeout_ms) {
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (check()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return check();
+}
+
+int64_t ProcStatusKib(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      return std::stoll(line.substr(field.size() + 1));
+    }
+  }
+  return -1;
+}
+
 Result<int> RunToExit(const std::vector<std::string>& argv, std::string* output,
                       int timeout_ms) {
   char pattern[] = "/tmp/tether-run-XXXXXX";

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,12 @@ class Cluster {
 std::vector<std::unique_ptr<Process>> StartWorkers(
     const std::string& coordinator, int n, const std::string& dir,
     const std::vector<std::string>& flags);
+
+// Polls `check` every 100 ms for up to `timeout_ms`; true once it holds.
+bool Eventually(const std::function<bool()>& check, int timeout_ms);
+
+// A field of /proc/PID/status in KiB ("VmRSS", "VmPeak"), or -1.
+int64_t ProcStatusKib(pid_t pid, const std::string& field);
 
 // Runs `argv` to completion (at most `timeout_ms`); returns its exit code
 // and fills `output` with what it printed.

@@ -10,7 +10,6 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <fstream>
-#include <functional>
 #include <thread>
 
 #include "schema/flags.h"
@@ -23,16 +22,6 @@ namespace {
 
 namespace json = boost::json;
 using std::chrono::milliseconds;
-
-// Polls `check` every 100 ms for up to `timeout_ms`; true once it holds.
-bool Eventually(const std::function<bool()>& check, int timeout_ms) {
-  auto deadline = std::chrono::steady_clock::now() + milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (check()) return true;
-    std::this_thread::sleep_for(milliseconds(100));
-  }
-  return check();
-}
 
 class Dashboard : public ::testing::Test {
  protected:
@@ -317,22 +306,13 @@ class RawConnection {
   bool connected_ = false;
 };
 
-uint64_t RssBytes(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 TEST_F(Dashboard, LimitsHoldAndOtherClientsAreStillServed) {
   ASSERT_NO_FATAL_FAILURE(
       StartCluster(1, 1,
                    {"--dashboard-interval-ms", "10", "--http-timeout-ms",
                     "1000", "--http-max-clients", "6", "--http-header-limit",
                     "1024", "--http-body-limit", "128", "--ws-queue", "4"}));
-  const uint64_t rss_before = RssBytes(cluster_->shard(0).pid());
+  const int64_t rss_before = ProcStatusKib(cluster_->shard(0).pid(), "VmRSS");
 
   // Oversized headers and bodies are refused by size.
   EXPECT_EQ(Fetch("GET", "/api/status", "", {{"X-Big", std::string(2000, 'x')}})
@@ -390,9 +370,9 @@ TEST_F(Dashboard, LimitsHoldAndOtherClientsAreStillServed) {
   (*stalled)->Close();
 
   // None of it made the shard hold on to memory.
-  const uint64_t rss_after = RssBytes(cluster_->shard(0).pid());
-  EXPECT_LT(rss_after, rss_before + (64u << 20))
-      << "RSS " << rss_before << " -> " << rss_after;
+  const int64_t rss_after = ProcStatusKib(cluster_->shard(0).pid(), "VmRSS");
+  EXPECT_LT(rss_after, rss_before + 64 * 1024)
+      << "RSS " << rss_before << " KiB -> " << rss_after << " KiB";
   EXPECT_TRUE(cluster_->shard(0).Running());
 }
 

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <functional>
 #include <thread>
 
 #include "tests/cluster.h"
@@ -54,14 +53,6 @@ class Failure : public ::testing::Test {
   int64_t ClockOf(int rank) {
     auto stats = Stats();
     return stats.empty() ? -1 : stats[0].workers[rank].clock;
-  }
-  bool Eventually(const std::function<bool()>& check, int timeout_ms) {
-    auto end = std::chrono::steady_clock::now() + milliseconds(timeout_ms);
-    while (std::chrono::steady_clock::now() < end) {
-      if (check()) return true;
-      std::this_thread::sleep_for(milliseconds(100));
-    }
-    return check();
   }
   // Waits for every worker to exit 0.
   void FinishAll() {

@@ -32,6 +32,7 @@ using tcp = asio::ip::tcp;
 using testing::AddressFromLine;
 using testing::Cluster;
 using testing::ClusterOptions;
+using testing::ProcStatusKib;
 using testing::TempDir;
 
 constexpr int kReplyTimeoutMs = 3000;
@@ -244,16 +245,6 @@ void ExpectAllRunning(Cluster& cluster) {
   }
 }
 
-// Peak virtual memory of `pid` in KiB (VmPeak), or -1.
-int64_t VmPeakKib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmPeak:", 0) == 0) return std::stoll(line.substr(7));
-  }
-  return -1;
-}
-
 // A one-shard cluster (one worker, so observers are welcomed at once) and
 // an observer connected before any bad input arrives.
 class Framing : public ::testing::Test {
@@ -289,7 +280,7 @@ class Framing : public ::testing::Test {
 
 TEST_F(Framing, OversizedFrameRefusedBeforeAllocation) {
   ASSERT_NO_FATAL_FAILURE(StartCluster({}));
-  const int64_t peak_before = VmPeakKib(cluster_->shard(0).pid());
+  const int64_t peak_before = ProcStatusKib(cluster_->shard(0).pid(), "VmPeak");
   // Only the header: were the shard to allocate and wait for the body, no
   // Error would come back.
   ErrorReply reply;
@@ -298,7 +289,7 @@ TEST_F(Framing, OversizedFrameRefusedBeforeAllocation) {
   EXPECT_EQ(reply.code, wire::ErrorCode::FrameTooLarge);
   EXPECT_TRUE(Contains(reply.message, "1073741824"));
   EXPECT_TRUE(Contains(reply.message, "67108864"));
-  const int64_t peak_after = VmPeakKib(cluster_->shard(0).pid());
+  const int64_t peak_after = ProcStatusKib(cluster_->shard(0).pid(), "VmPeak");
   ASSERT_GT(peak_before, 0);
   EXPECT_LT(peak_after - peak_before, 512 * 1024)
       << "VmPeak grew from " << peak_before << " to " << peak_after << " KiB";
@@ -462,16 +453,6 @@ TEST_F(Framing, ManyBadClientsDoNotStopShard) {
   ExpectServing(*late, "after_many_bad_clients_late", lr_);
 }
 
-// Resident memory of `pid` in KiB (VmRSS), or -1.
-int64_t VmRssKib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
-  }
-  return -1;
-}
-
 TEST_F(Framing, PeerThatNeverFinishesItsHelloIsClosedAtTheTimeout) {
   ClusterOptions options;
   options.extra_flags = {"--handshake-timeout-ms", "500"};
@@ -560,7 +541,7 @@ TEST_F(Framing, RequestsWithTooManyKeysAreRefused) {
 TEST_F(Framing, ManyHostileClientsDoNotGrowTheShardsMemory) {
   ASSERT_NO_FATAL_FAILURE(StartCluster({}));
   ExpectServing(*healthy_, "warm_up", lr_);
-  const int64_t before = VmRssKib(cluster_->shard(0).pid());
+  const int64_t before = ProcStatusKib(cluster_->shard(0).pid(), "VmRSS");
   for (int round = 0; round < 4; ++round) {
     std::vector<std::unique_ptr<RawPeer>> peers;
     for (int i = 0; i < 50; ++i) {
@@ -577,7 +558,7 @@ TEST_F(Framing, ManyHostileClientsDoNotGrowTheShardsMemory) {
     for (auto& peer : peers) peer->Close();
   }
   ExpectStillServing("after_hostile_rounds");
-  const int64_t after = VmRssKib(cluster_->shard(0).pid());
+  const int64_t after = ProcStatusKib(cluster_->shard(0).pid(), "VmRSS");
   EXPECT_LT(after, before + 32 * 1024)
       << "RSS " << before << " KiB -> " << after << " KiB";
 }
