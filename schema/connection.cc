@@ -100,7 +100,6 @@ void Connection::OnReadBody(const boost::system::error_code& ec, size_t n) {
   Frame frame = std::move(incoming_);
   if (Status s = frame.Verify(); !s.ok()) return FailRead(s);
   last_frame_ = asio::steady_timer::clock_type::now();
-  got_frame_ = true;
   if (on_frame_) on_frame_(std::move(frame));
   DoReadHeader();
 }
@@ -203,12 +202,12 @@ void Connection::OnDeadline() {
   const auto now = Clock::now();
   auto next = Clock::time_point::max();
   const int first = options_.first_frame_timeout_ms;
-  if (!got_frame_ && first > 0) {
+  if (!handshake_done_ && first > 0) {
     const auto due = started_ + std::chrono::milliseconds(first);
     if (due <= now) {
-      return Shutdown(
-          Status(Code::kTimeout, "no Hello within " + std::to_string(first) +
-                                     " ms (--handshake-timeout-ms)"));
+      return Shutdown(Status(
+          Code::kTimeout, "handshake not done within " + std::to_string(first) +
+                              " ms (--handshake-timeout-ms)"));
     }
     next = due;
   }

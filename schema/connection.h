@@ -37,9 +37,9 @@ struct ConnectionOptions {
   size_t max_frame_bytes = kDefaultMaxFrameBytes;
   // Reading pauses while this many bytes wait to be written.
   size_t max_queued_bytes = size_t{256} << 20;
-  // The connection closes when its first frame has not arrived this long
-  // after Start (a peer that never finishes its Hello), or when no frame
-  // has arrived for idle_timeout_ms since. 0: no limit.
+  // The connection closes when HandshakeDone() has not been called this
+  // long after Start (a peer that never finishes its Hello), or when no
+  // frame has arrived for idle_timeout_ms. 0: no limit.
   int first_frame_timeout_ms = 0;
   int idle_timeout_ms = 0;
 };
@@ -65,6 +65,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void SendAndClose(OutFrame frame);
   // Closes now, dropping queued writes. Idempotent.
   void Close();
+
+  // The peer finished its handshake: first_frame_timeout_ms no longer
+  // applies. Call on the strand (from the frame handler).
+  void HandshakeDone() { handshake_done_ = true; }
 
   // "HOST:PORT" of the peer, fixed at construction.
   const std::string& peer() const { return peer_; }
@@ -95,7 +99,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::steady_timer deadline_;                // on the strand
   asio::steady_timer::time_point started_;     // on the strand
   asio::steady_timer::time_point last_frame_;  // on the strand
-  bool got_frame_ = false;                     // on the strand
+  bool handshake_done_ = false;                // on the strand
 
   // Touched on the strand only.
   FrameHandler on_frame_;

@@ -58,7 +58,10 @@ Status Frame::Verify() const {
   if (!wire::VerifySizePrefixedMessageBuffer(verifier)) {
     return BadFrame("frame failed FlatBuffers verification");
   }
-  if (message()->body_type() == wire::Body::NONE) {
+  // The verifier also accepts a union whose type is set but whose value
+  // is missing; every handler reads the body its type names.
+  if (message()->body_type() == wire::Body::NONE ||
+      message()->body() == nullptr) {
     return BadFrame("message has no body");
   }
   return CheckWideVectors(*message());
@@ -156,6 +159,8 @@ wire::ErrorCode ToWireCode(Code code) {
       return wire::ErrorCode::StalePush;
     case Code::kUnavailable:
       return wire::ErrorCode::Unavailable;
+    case Code::kAuthFailed:
+      return wire::ErrorCode::AuthFailed;
     default:
       return wire::ErrorCode::Internal;
   }
@@ -171,8 +176,9 @@ Code FromWireCode(wire::ErrorCode code) {
       return Code::kFrameTooLarge;
     case wire::ErrorCode::VersionMismatch:
       return Code::kVersionMismatch;
-    case wire::ErrorCode::HelloRequired:
     case wire::ErrorCode::AuthFailed:
+      return Code::kAuthFailed;
+    case wire::ErrorCode::HelloRequired:
     case wire::ErrorCode::Protocol:
       return Code::kProtocol;
     case wire::ErrorCode::Timeout:

@@ -30,6 +30,8 @@ const char* CodeName(Code code) {
       return "i/o error";
     case Code::kInternal:
       return "internal error";
+    case Code::kAuthFailed:
+      return "authentication failed";
   }
   return "unknown";
 }

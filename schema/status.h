@@ -28,6 +28,7 @@ enum class Code {
   kTimeout,
   kIoError,
   kInternal,
+  kAuthFailed,  // no key, a wrong key or a replayed handshake
 };
 
 // A short lowercase name for `code`, e.g. "invalid argument".

@@ -26,6 +26,15 @@ Result<ChunkPool> ChunkPool::Create(int workers, uint64_t rows,
     return InvalidArgument("epochs " + std::to_string(epochs) +
                            ": need at least 1");
   }
+  // The pool keeps a few bytes per chunk of every epoch: bound them, as a
+  // request (from any worker) sizes it.
+  const uint64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  if (chunks * static_cast<uint64_t>(epochs) > kMaxChunks) {
+    return InvalidArgument(
+        std::to_string(epochs) + " epochs of " + std::to_string(chunks) +
+        " chunks are more than " + std::to_string(kMaxChunks) +
+        " chunks in all: use bigger chunks (--chunk-rows) or fewer epochs");
+  }
   return ChunkPool(workers, rows, chunk_rows, epochs, seed);
 }
 

@@ -40,8 +40,12 @@ class ChunkPool {
     uint64_t duplicates;   // completions of an already completed chunk
   };
 
+  // At most this many chunks over all epochs.
+  static constexpr uint64_t kMaxChunks = uint64_t{1} << 24;
+
   // Ranks 0..workers-1. InvalidArgument naming the value for workers < 1,
-  // rows 0 or > UINT32_MAX (row ids are uint32_t), chunk_rows 0, epochs < 1.
+  // rows 0 or > UINT32_MAX (row ids are uint32_t), chunk_rows 0, epochs < 1,
+  // or more than kMaxChunks chunks in all.
   static Result<ChunkPool> Create(int workers, uint64_t rows,
                                   uint32_t chunk_rows, int epochs,
                                   uint64_t seed);

@@ -3,6 +3,7 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
 
+#include "schema/auth.h"
 #include "schema/log.h"
 #include "server/web_assets.h"
 
@@ -44,9 +45,21 @@ Dashboard::Dashboard(boost::asio::io_context& io, DashboardOptions options,
           [this] { return monitor_.Snapshot(); }),
       timer_(boost::asio::make_strand(io)) {}
 
-Dashboard::~Dashboard() { Stop(); }
+Dashboard::~Dashboard() {
+  // Not Stop(): what it posts would outlive this object. Destroying the
+  // timer cancels its wait, whose handler then touches nothing.
+  stopped_ = true;
+  http_.Stop();
+}
 
 Status Dashboard::Start() {
+  if (!options_.token_file.empty()) {
+    auto token = LoadOrCreateToken(options_.token_file, "--http-token-file");
+    if (!token.ok()) return token.status();
+    token_ = *token;
+    TETHER_LOG(kInfo) << "dashboard: POST endpoints need the token in "
+                      << options_.token_file;
+  }
   TETHER_RETURN_IF_ERROR(http_.Start());
   Tick();  // the first figures, before anyone asks
   return Status::Ok();
@@ -83,16 +96,40 @@ HttpResponse Dashboard::CheckpointNow() {
   return Json(202, {{"round", *round}});
 }
 
+std::optional<HttpResponse> Dashboard::Refuse(const HttpRequest& request) {
+  // A page on another site must not make the cluster do things.
+  if (!request.origin.empty() && request.origin != "http://" + request.host) {
+    return Error(403,
+                 "cross-origin request from " + request.origin + " refused");
+  }
+  if (token_.empty()) {
+    return Error(403, request.target +
+                          " is off: start tether-server with "
+                          "--http-token-file to allow it");
+  }
+  constexpr std::string_view kBearer = "Bearer ";
+  const std::string& given = request.authorization;
+  if (!given.starts_with(kBearer) ||
+      !SameProof(std::string_view(given).substr(kBearer.size()), token_)) {
+    TETHER_LOG(kWarning) << "dashboard: refused " << request.method << " "
+                         << request.target << " from " << request.peer << ": "
+                         << (given.empty() ? "no token" : "wrong token");
+    HttpResponse r =
+        Error(401, given.empty() ? "this needs the dashboard token "
+                                   "(--http-token-file)"
+                                 : "wrong dashboard token");
+    r.www_authenticate = "Bearer realm=\"tether\"";
+    return r;
+  }
+  return std::nullopt;
+}
+
 HttpResponse Dashboard::Handle(const HttpRequest& request) {
   const std::string& path = request.target;
   const bool get = request.method == "GET";
   if (path == "/api/checkpoint") {
     if (request.method != "POST") return MethodNotAllowed(request, "POST");
-    // A page on another site must not make the cluster do things.
-    if (!request.origin.empty() && request.origin != "http://" + request.host) {
-      return Error(403,
-                   "cross-origin request from " + request.origin + " refused");
-    }
+    if (auto refused = Refuse(request)) return *refused;
     return CheckpointNow();
   }
   if (path == "/ws") {

@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "server/coordinator.h"
@@ -23,7 +24,8 @@ namespace tether {
 
 class Dashboard {
  public:
-  // `shard` and `coordinator` (shard 0's) must outlive the dashboard.
+  // `shard` and `coordinator` (shard 0's) must outlive the dashboard;
+  // destroy it once no thread runs `io` (or after Stop() has run there).
   Dashboard(boost::asio::io_context& io, DashboardOptions options, Shard* shard,
             Coordinator* coordinator);
   ~Dashboard();
@@ -42,11 +44,14 @@ class Dashboard {
   void ScheduleTick();
   void Tick();
   HttpResponse CheckpointNow();
+  // Why a POST is refused (foreign origin, no or wrong token), if it is.
+  std::optional<HttpResponse> Refuse(const HttpRequest& request);
 
   const DashboardOptions options_;
   Shard* const shard_;
   Coordinator* const coordinator_;
   Monitor monitor_;
+  std::string token_;  // for POST endpoints; empty: they are off
   HttpServer http_;
   boost::asio::steady_timer timer_;
   std::atomic<bool> stopped_{false};

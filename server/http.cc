@@ -44,6 +44,43 @@ class Closable {
   virtual void Close() = 0;
 };
 
+using RequestParser = http::request_parser<http::string_body>;
+
+// A parser for one request under the dashboard's limits.
+void Limit(RequestParser& parser, const HttpOptions& options) {
+  parser.header_limit(static_cast<std::uint32_t>(options.header_limit));
+  parser.body_limit(options.body_limit);
+}
+
+// The status and text a request the parser refused is answered with.
+std::pair<int, std::string> Refusal(const beast::error_code& ec) {
+  if (ec == http::error::header_limit) {
+    return {431, "request headers too large (--http-header-limit)"};
+  }
+  if (ec == http::error::body_limit) {
+    return {413, "request body too large (--http-body-limit)"};
+  }
+  return {400, "bad request: " + ec.message()};
+}
+
+// The path of a request target, without its query string.
+std::string PathOf(const http::request<http::string_body>& request) {
+  std::string target(request.target());
+  if (size_t q = target.find('?'); q != std::string::npos) target.resize(q);
+  return target;
+}
+
+HttpRequest ToRequest(http::request<http::string_body>& request,
+                      std::string peer) {
+  return HttpRequest{std::string(request.method_string()),
+                     PathOf(request),
+                     std::move(request.body()),
+                     std::string(request[http::field::host]),
+                     std::string(request[http::field::origin]),
+                     std::string(request[http::field::authorization]),
+                     std::move(peer)};
+}
+
 }  // namespace
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
@@ -244,9 +281,7 @@ class HttpSession : public Closable,
  private:
   void DoRead() {
     parser_.emplace();
-    parser_->header_limit(
-        static_cast<std::uint32_t>(server_->options.header_limit));
-    parser_->body_limit(server_->options.body_limit);
+    Limit(*parser_, server_->options);
     stream_.expires_after(
         std::chrono::milliseconds(server_->options.timeout_ms));
     http::async_read(stream_, buffer_, *parser_,
@@ -265,19 +300,14 @@ class HttpSession : public Closable,
                          << " timed out (--http-timeout-ms)";
       return stream_.close();
     }
-    if (ec == http::error::header_limit) {
-      return Answer(431, "request headers too large (--http-header-limit)",
-                    false);
+    if (ec) {
+      auto [status, why] = Refusal(ec);
+      return Answer(status, why, false);
     }
-    if (ec == http::error::body_limit) {
-      return Answer(413, "request body too large (--http-body-limit)", false);
-    }
-    if (ec) return Answer(400, "bad request: " + ec.message(), false);
 
     http::request<http::string_body> request = parser_->release();
-    std::string target(request.target());
-    if (size_t q = target.find('?'); q != std::string::npos) target.resize(q);
     if (websocket::is_upgrade(request)) {
+      const std::string target = PathOf(request);
       if (target != server_->websocket_path) {
         return Answer(404, "no WebSocket at " + target, false);
       }
@@ -294,11 +324,7 @@ class HttpSession : public Closable,
       server_->Track(ws);
       return ws->Start(std::move(request));
     }
-    HttpRequest req{std::string(request.method_string()), target,
-                    std::move(request.body()),
-                    std::string(request[http::field::host]),
-                    std::string(request[http::field::origin])};
-    HttpResponse answer = server_->handler(req);
+    HttpResponse answer = server_->handler(ToRequest(request, Peer()));
     Write(answer, request.keep_alive(), request.version());
   }
 
@@ -321,6 +347,9 @@ class HttpSession : public Closable,
     res->set("Content-Security-Policy",
              "default-src 'self'; connect-src 'self'; frame-ancestors 'none'");
     if (!answer.allow.empty()) res->set(http::field::allow, answer.allow);
+    if (!answer.www_authenticate.empty()) {
+      res->set(http::field::www_authenticate, answer.www_authenticate);
+    }
     res->body() = answer.body;
     res->keep_alive(keep_alive);
     res->prepare_payload();
@@ -433,6 +462,34 @@ void HttpServer::Stop() {
     }
   }
   for (auto& c : open) c->Close();
+}
+
+ParsedRequest ParseHttpRequest(std::string_view bytes,
+                               const HttpOptions& options) {
+  RequestParser parser;
+  Limit(parser, options);
+  parser.eager(true);
+  beast::error_code ec;
+  while (!ec && !bytes.empty() && !parser.is_done()) {
+    const size_t used =
+        parser.put(asio::buffer(bytes.data(), bytes.size()), ec);
+    if (ec == http::error::need_more) break;
+    if (used == 0 && !ec) break;
+    bytes.remove_prefix(used);
+  }
+  if (!ec && !parser.is_done()) {
+    if (!parser.got_some()) return {400, "bad request: no request", {}};
+    parser.put_eof(ec);
+  }
+  if (ec || !parser.is_done()) {
+    auto [status, why] = Refusal(ec ? ec : http::error::partial_message);
+    return {status, why, {}};
+  }
+  http::request<http::string_body> request = parser.release();
+  if (websocket::is_upgrade(request)) {
+    return {101, "a WebSocket upgrade", {}};
+  }
+  return {0, "", ToRequest(request, "fuzzer")};
 }
 
 }  // namespace tether

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "schema/status.h"
 #include "server/http_options.h"
@@ -27,16 +28,31 @@ struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string target;  // the path, without the query string
   std::string body;
-  std::string host;    // the Host header
-  std::string origin;  // the Origin header; empty when none was sent
+  std::string host;           // the Host header
+  std::string origin;         // the Origin header; empty when none was sent
+  std::string authorization;  // the Authorization header
+  std::string peer;           // "HOST:PORT" of the client, for logs
 };
 
 struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
-  std::string allow;  // the Allow header of a 405
+  std::string allow;             // the Allow header of a 405
+  std::string www_authenticate;  // the WWW-Authenticate header of a 401
 };
+
+// One request parsed from `bytes` the way a session parses it, under
+// `options`' header and body limits: `status` 0 and the request, or the
+// status a session answers (400, 413, 431; 101 for a WebSocket upgrade,
+// which this does not serve) and why. For tests and the fuzzer.
+struct ParsedRequest {
+  int status = 0;
+  std::string why;
+  HttpRequest request;
+};
+ParsedRequest ParseHttpRequest(std::string_view bytes,
+                               const HttpOptions& options);
 
 class HttpServer {
  public:

@@ -20,6 +20,10 @@ struct HttpOptions {
 struct DashboardOptions {
   HttpOptions http;
   int interval_ms = 250;  // between WebSocket updates
+  // The bearer token that mutating endpoints (POST /api/...) require, read
+  // from this file, which is created (mode 600, a fresh random token) when
+  // missing. Empty: mutating endpoints are refused (403).
+  std::string token_file;
 };
 
 }  // namespace tether

@@ -81,6 +81,18 @@ void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
   p.AddInt("max-waiting", &o.max_waiting,
            "pulls one connection may have held (waiting for the slowest "
            "worker) at once; more are refused");
+  p.AddString("auth-key-file", &o.auth_key_file,
+              "file holding the run's shared secret (at least 16 bytes); "
+              "every shard, worker and tool of the run must use the same "
+              "one; without it the shard listens on loopback only");
+  p.AddBool("insecure", &o.insecure,
+            "allow --listen on a non-loopback address without "
+            "--auth-key-file: anyone who reaches it can join the run");
+  p.AddString("http-token-file", &o.dashboard.token_file,
+              "file holding the dashboard's token, which POST endpoints "
+              "(checkpoint now) require as 'Authorization: Bearer TOKEN'; "
+              "created with a fresh token when missing; without it they "
+              "are refused");
   p.AddString("http", &o.dashboard.http.listen,
               "HOST:PORT of the live dashboard (shard 0; port 0: any free "
               "port; off: no dashboard)");

@@ -41,6 +41,10 @@ struct ServerOptions {
   uint64_t max_keys = uint64_t{1} << 20;  // --max-keys: per request
   int max_waiting = 4096;  // --max-waiting: held pulls per connection
   bool verbose = false;    // --verbose: debug logging
+  // --auth-key-file: the run's shared key (schema/auth.h). Without one the
+  // shard listens on loopback only, unless --insecure.
+  std::string auth_key_file;
+  bool insecure = false;  // --insecure: no key, any address
   // Shard 0's dashboard: --http (off: none), --http-max-clients,
   // --http-timeout-ms, --http-header-limit, --http-body-limit, --ws-queue,
   // --dashboard-interval-ms.

@@ -36,12 +36,37 @@ Server::~Server() {
 Status Server::Bind() {
   auto bound = Listen(acceptor_, options_.listen, "--listen");
   if (!bound.ok()) return bound.status();
+  boost::system::error_code ec;
+  const bool loopback = acceptor_.local_endpoint(ec).address().is_loopback();
+  if (!loopback && !auth_key_ && !options_.insecure) {
+    acceptor_.close(ec);
+    return InvalidArgument(
+        "--listen " + options_.listen +
+        " is not a loopback address: give --auth-key-file (the run's shared "
+        "key), or --insecure to let anyone who reaches it join the run");
+  }
   address_ =
       options_.advertise.empty() ? bound->ToString() : options_.advertise;
+  if (auth_key_) {
+    TETHER_LOG(kInfo) << "authentication: every peer proves the key in "
+                      << options_.auth_key_file;
+  } else if (loopback) {
+    TETHER_LOG(kInfo) << "authentication: off (no --auth-key-file), so "
+                         "loopback connections only";
+  } else {
+    TETHER_LOG(kWarning) << "authentication: OFF (--insecure): anyone who "
+                            "reaches "
+                         << bound->ToString() << " can join the run";
+  }
   return Status::Ok();
 }
 
 Status Server::Start() {
+  if (!options_.auth_key_file.empty()) {
+    auto key = AuthKey::Load(options_.auth_key_file, "--auth-key-file");
+    if (!key.ok()) return key.status();
+    auth_key_ = *key;
+  }
   TETHER_RETURN_IF_ERROR(Bind());
   for (int i = 0; i < options_.threads; ++i) {
     threads_.emplace_back([this] { io_.run(); });
@@ -143,9 +168,17 @@ Status Server::RegisterWithCoordinator() {
   auto answered = std::make_shared<std::atomic<bool>>(false);
   auto welcomed = std::make_shared<std::atomic<bool>>(false);
   const std::string peer = "coordinator " + options_.coordinator;
+  auto auth = std::make_shared<PeerAuth>(auth_key_);
   coordinator_link_->Start(
-      [answer, answered, welcomed, peer, this](Frame frame) {
+      [answer, answered, welcomed, auth, peer, this](Frame frame) {
         const wire::Message& m = *frame.message();
+        if (const auto* challenge = m.body_as_Challenge();
+            challenge != nullptr && !answered->load()) {
+          auto second = auth->Answer(*challenge, peer);
+          if (second.ok()) return coordinator_link_->Send(std::move(*second));
+          answered->store(true);
+          return answer->set_value(second.status());
+        }
         if (answered->exchange(true)) {
           if (const auto* done = m.body_as_RoundComplete()) {
             PruneRounds(done->round());
@@ -158,6 +191,9 @@ Status Server::RegisterWithCoordinator() {
           return;
         }
         if (auto* welcome = m.body_as_Welcome()) {
+          if (Status s = auth->CheckWelcome(peer); !s.ok()) {
+            return answer->set_value(s);
+          }
           welcomed->store(true);
           answer->set_value(ReadRunConfig(welcome->config()));
         } else if (auto* error = m.body_as_Error()) {
@@ -176,12 +212,12 @@ Status Server::RegisterWithCoordinator() {
           TETHER_LOG(kWarning) << "lost the " << peer;
         }
       });
-  flatbuffers::FlatBufferBuilder fbb(256);
-  auto address = fbb.CreateString(address_);
-  auto name = fbb.CreateString("shard " + std::to_string(options_.shard_id));
-  auto hello = wire::CreateHello(fbb, kProtocolVersion, wire::Role::Shard, -1,
-                                 0, options_.shard_id, address, 0, name);
-  coordinator_link_->Send(FinishFrame(fbb, hello));
+  HelloFields hello;
+  hello.role = wire::Role::Shard;
+  hello.shard_id = options_.shard_id;
+  hello.address = address_;
+  hello.name = "shard " + std::to_string(options_.shard_id);
+  coordinator_link_->Send(auth->First(std::move(hello)));
   auto future = answer->get_future();
   if (future.wait_for(std::chrono::milliseconds(std::max(
           options_.connect_timeout_ms, 1000))) != std::future_status::ready) {
@@ -364,8 +400,8 @@ void Server::OnAccept(const boost::system::error_code& ec, tcp::socket socket) {
                          " connections already (--max-connections)")));
     } else {
       auto session = std::make_shared<Session>(
-          std::move(socket), session_options_, shard_.get(), coordinator_.get(),
-          dashboard_ ? &dashboard_->monitor() : nullptr);
+          std::move(socket), session_options_, auth_key_, shard_.get(),
+          coordinator_.get(), dashboard_ ? &dashboard_->monitor() : nullptr);
       {
         std::lock_guard lock(sessions_mu_);
         sessions_.push_back(session);

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "schema/auth.h"
 #include "schema/connection.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
@@ -69,8 +70,9 @@ class Server {
   asio::signal_set signals_;
   std::vector<std::thread> threads_;
   std::string address_;
-  ConnectionOptions connection_options_;  // the coordinator link
-  ConnectionOptions session_options_;     // accepted: with the timeouts
+  std::shared_ptr<const AuthKey> auth_key_;  // null without --auth-key-file
+  ConnectionOptions connection_options_;     // the coordinator link
+  ConnectionOptions session_options_;        // accepted: with the timeouts
 
   std::unique_ptr<CheckpointStore> store_;  // with --data-dir
   std::unique_ptr<Shard> shard_;

@@ -5,23 +5,25 @@
 namespace tether {
 
 Session::Session(tcp::socket socket, const ConnectionOptions& options,
-                 Shard* shard, Coordinator* coordinator, Monitor* monitor)
+                 std::shared_ptr<const AuthKey> key, Shard* shard,
+                 Coordinator* coordinator, Monitor* monitor)
     : shard_(shard),
       coordinator_(coordinator),
       monitor_(monitor),
-      conn_(std::make_shared<Connection>(std::move(socket), options)) {}
+      conn_(std::make_shared<Connection>(std::move(socket), options)),
+      auth_(std::move(key)) {}
 
 void Session::Start() {
   conn_->Start(
       [self = shared_from_this()](Frame frame) {
-        self->OnFrame(std::move(frame));
+        self->Deliver(std::move(frame));
       },
       [self = shared_from_this()](const Status& why) { self->OnClosed(why); });
 }
 
 void Session::Close() { conn_->Close(); }
 
-void Session::OnFrame(Frame frame) {
+void Session::Deliver(Frame frame) {
   shard_->CountTraffic(frame.size(), 0);
   const wire::Message& message = *frame.message();
   if (!hello_done_) {
@@ -33,7 +35,13 @@ void Session::OnFrame(Frame frame) {
       return conn_->SendAndClose(
           MakeErrorFrame(0, wire::ErrorCode::HelloRequired, why));
     }
-    return OnHello(*message.body_as_Hello());
+    const wire::Hello& hello = *message.body_as_Hello();
+    auto challenge = auth_.OnHello(hello);
+    if (!challenge.ok()) return Refuse(challenge.status());
+    if (*challenge) return conn_->Send(std::move(**challenge));
+    OnHello(hello);
+    if (hello_done_) conn_->HandshakeDone();
+    return;
   }
   if (message.body_type() == wire::Body::Hello) {
     return conn_->Send(MakeErrorFrame(0, ProtocolError("duplicate Hello")));

@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "schema/auth.h"
 #include "schema/connection.h"
 #include "server/coordinator.h"
 #include "server/monitor.h"
@@ -18,15 +19,21 @@ namespace tether {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   // `shard` must outlive the session; `coordinator` and `monitor` (which
-  // takes the figures other shards send) are null except on shard 0.
-  Session(tcp::socket socket, const ConnectionOptions& options, Shard* shard,
+  // takes the figures other shards send) are null except on shard 0. With
+  // `key`, the peer must prove it holds the key (schema/auth.h).
+  Session(tcp::socket socket, const ConnectionOptions& options,
+          std::shared_ptr<const AuthKey> key, Shard* shard,
           Coordinator* coordinator, Monitor* monitor);
 
   void Start();
   void Close();
 
+  // Handles one verified frame from the peer. The connection calls it on
+  // its strand; the message-handler fuzzer calls it directly, on a session
+  // that was never started.
+  void Deliver(Frame frame);
+
  private:
-  void OnFrame(Frame frame);
   void OnHello(const wire::Hello& hello);
   void OnDataRequest(const wire::DataRequest& request);
   void OnClosed(const Status& why);
@@ -41,6 +48,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Touched on the connection's strand only.
   bool hello_done_ = false;
+  ShardAuth auth_;
   PeerInfo peer_;
 };
 

@@ -282,7 +282,11 @@ TEST(ChunkPool, CreateRejectsBadArgumentsNamingThem) {
        {Case{0, 10, 5, 1, "workers 0"}, Case{-2, 10, 5, 1, "workers -2"},
         Case{2, 0, 5, 1, "rows 0"},
         Case{2, uint64_t{1} << 32, 5, 1, "rows 4294967296"},
-        Case{2, 10, 0, 1, "chunk_rows 0"}, Case{2, 10, 5, 0, "epochs 0"}}) {
+        Case{2, 10, 0, 1, "chunk_rows 0"}, Case{2, 10, 5, 0, "epochs 0"},
+        // Found by tools/fuzz (session): one request asked for a pool of
+        // 2^26 epochs.
+        Case{2, 60000, 2000, 1 << 26, "67108864 epochs of 30 chunks"},
+        Case{2, 1u << 31, 1, 1, "1 epochs of 2147483648 chunks"}}) {
     auto pool = ChunkPool::Create(c.workers, c.rows, c.chunk_rows, c.epochs, 1);
     ASSERT_FALSE(pool.ok()) << c.names;
     EXPECT_EQ(pool.status().code(), Code::kInvalidArgument) << c.names;
@@ -290,6 +294,7 @@ TEST(ChunkPool, CreateRejectsBadArgumentsNamingThem) {
         << pool.status().message();
   }
   EXPECT_TRUE(ChunkPool::Create(1, 1, 1, 1, 1).ok());
+  EXPECT_TRUE(ChunkPool::Create(1, ChunkPool::kMaxChunks, 1, 1, 1).ok());
 }
 
 }  // namespace

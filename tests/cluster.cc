@@ -87,6 +87,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
       argv.push_back("--coordinator");
       argv.push_back(c->coordinator_);
     }
+    argv.insert(argv.end(), o.shard_flags.begin(), o.shard_flags.end());
     return argv;
   };
   for (int id = 0; id < o.shards; ++id) {

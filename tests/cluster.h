@@ -33,6 +33,7 @@ struct ClusterOptions {
   std::string optimizer = "sgd";
   float lr = 0.1f;
   std::vector<std::string> extra_flags;  // given to shard 0
+  std::vector<std::string> shard_flags;  // given to every shard
 };
 
 class Cluster {

@@ -79,7 +79,9 @@ int64_t Int(const json::value& v, const char* key) {
 
 TEST_F(Dashboard, EveryEndpointAnswersDuringARealRun) {
   ASSERT_NO_FATAL_FAILURE(
-      StartCluster(2, 2, {"--dashboard-interval-ms", "100", "--seed", "77"}));
+      StartCluster(2, 2,
+                   {"--dashboard-interval-ms", "100", "--seed", "77",
+                    "--http-token-file", dir_.path() + "/dashboard.token"}));
   ASSERT_NO_FATAL_FAILURE(StartTraining(2, 10));
 
   // The page and its files, with a policy that loads nothing from elsewhere.
@@ -140,10 +142,36 @@ TEST_F(Dashboard, EveryEndpointAnswersDuringARealRun) {
   }
   EXPECT_TRUE(points.back().at("loss").is_double()) << points.back();
   std::string events = json::serialize(GetJson("/api/events"));
-  EXPECT_NE(events.find("worker 0 joined"), std::string::npos) << events;
+  // "worker 0 joined", or "worker 0 (HOST) joined" once its host is known.
+  bool joined = false;
+  const json::value event_doc = GetJson("/api/events");
+  for (const json::value& e : event_doc.at("events").as_array()) {
+    const std::string text(e.at("text").as_string());
+    joined |= text.starts_with("worker 0 ") && text.ends_with(" joined");
+  }
+  EXPECT_TRUE(joined) << events;
 
-  // A checkpoint round on demand, shown complete (the cluster has data dirs).
-  HttpReply started = Fetch("POST", "/api/checkpoint");
+  // A checkpoint round on demand needs the token: none, or a wrong one, is
+  // refused (and logged, without the token).
+  HttpReply anonymous = Fetch("POST", "/api/checkpoint");
+  EXPECT_EQ(anonymous.status, 401) << anonymous.body;
+  EXPECT_EQ(anonymous.Header("WWW-Authenticate"), "Bearer realm=\"tether\"");
+  EXPECT_NE(anonymous.body.find("--http-token-file"), std::string::npos);
+  HttpReply guessed =
+      Fetch("POST", "/api/checkpoint", "",
+            {{"Authorization", "Bearer " + std::string(64, 'a')}});
+  EXPECT_EQ(guessed.status, 401) << guessed.body;
+  EXPECT_TRUE(
+      cluster_->shard(0)
+          .WaitForLine("refused POST /api/checkpoint from 127.0.0.1:", 3000)
+          .ok());
+  std::ifstream token_file(dir_.path() + "/dashboard.token");
+  std::string token;
+  ASSERT_TRUE(std::getline(token_file, token)) << "no token file";
+  ASSERT_EQ(token.size(), 64u);
+  // With it: a round, shown complete (the cluster has data dirs).
+  HttpReply started = Fetch("POST", "/api/checkpoint", "",
+                            {{"Authorization", "Bearer " + token}});
   ASSERT_EQ(started.status, 202) << started.body;
   const int64_t round = Int(json::parse(started.body), "round");
   ASSERT_TRUE(Eventually(
@@ -158,9 +186,10 @@ TEST_F(Dashboard, EveryEndpointAnswersDuringARealRun) {
       },
       10000))
       << GetJson("/api/checkpoints");
-  // Another site's page may not trigger one.
-  HttpReply forged =
-      Fetch("POST", "/api/checkpoint", "", {{"Origin", "http://evil.example"}});
+  // Another site's page may not trigger one, even with the token.
+  HttpReply forged = Fetch("POST", "/api/checkpoint", "",
+                           {{"Origin", "http://evil.example"},
+                            {"Authorization", "Bearer " + token}});
   EXPECT_EQ(forged.status, 403) << forged.body;
 
   // /metrics: valid exposition text with the run's figures in it.
@@ -205,11 +234,29 @@ TEST_F(Dashboard, EveryEndpointAnswersDuringARealRun) {
   EXPECT_EQ(Metric(Fetch("GET", "/metrics").body,
                    "tether_worker_evictions_total", {}),
             1);
+
+  // The token appears nowhere: not in a page, a document, /metrics or a log.
+  for (const char* target :
+       {"/", "/app.js", "/api/status", "/api/config", "/api/events",
+        "/api/workers", "/api/checkpoints", "/metrics"}) {
+    EXPECT_EQ(Fetch("GET", target).body.find(token), std::string::npos)
+        << target;
+  }
+  for (int i = 0; i < cluster_->num_shards(); ++i) {
+    EXPECT_EQ(cluster_->shard(i).Log().find(token), std::string::npos)
+        << "shard " << i;
+  }
 }
 
 TEST_F(Dashboard, WebSocketSendsSnapshotThenOnlyNewPoints) {
   ASSERT_NO_FATAL_FAILURE(
       StartCluster(1, 1, {"--dashboard-interval-ms", "50", "--seed", "5"}));
+  // Without --http-token-file, POST endpoints are off, with or without a
+  // token.
+  HttpReply off = Fetch("POST", "/api/checkpoint", "",
+                        {{"Authorization", "Bearer " + std::string(64, 'a')}});
+  EXPECT_EQ(off.status, 403) << off.body;
+  EXPECT_NE(off.body.find("--http-token-file"), std::string::npos) << off.body;
   auto ws = WebSocketClient::Connect(cluster_->dashboard(), "/ws", {});
   ASSERT_TRUE(ws.ok()) << ws.status().ToString();
   auto first = (*ws)->Read(5000);

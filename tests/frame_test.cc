@@ -215,6 +215,23 @@ TEST(Frame, MessageWithoutBodyRejected) {
   EXPECT_EQ(s.message(), "message has no body");
 }
 
+// Found by tools/fuzz (session): a type with no value made the shard read
+// a null DefineTensor.
+TEST(Frame, MessageWithTypeButNoBodyRejected) {
+  flatbuffers::FlatBufferBuilder fbb;
+  wire::MessageBuilder b(fbb);
+  b.add_body_type(wire::Body::DefineTensor);
+  wire::FinishSizePrefixedMessageBuffer(fbb, b.Finish());
+  auto out = std::make_shared<const OutBuffer>(
+      fbb.Release(), std::vector<OutBuffer::Splice>{},
+      std::vector<std::shared_ptr<const void>>{});
+  Frame frame = Receive(out);
+  ASSERT_EQ(frame.message()->body_type(), wire::Body::DefineTensor);
+  Status s = frame.Verify();
+  EXPECT_EQ(s.code(), Code::kBadFrame);
+  EXPECT_EQ(s.message(), "message has no body");
+}
+
 TEST(Frame, PooledBuilderFrameRoundTrips) {
   // Large enough that both the builder and the received frame are pooled.
   const std::string name(BufferPool::kMinPooledBytes + 1000, 'n');
@@ -350,8 +367,9 @@ TEST(WireCode, EveryCodeHasItsOwnWireCode) {
   EXPECT_EQ(ToWireCode(Code::kInternal), wire::ErrorCode::Internal);
 }
 
-TEST(WireCode, AuthFailedIsProtocolError) {
-  EXPECT_EQ(FromWireCode(wire::ErrorCode::AuthFailed), Code::kProtocol);
+TEST(WireCode, AuthFailedRoundTrips) {
+  EXPECT_EQ(FromWireCode(wire::ErrorCode::AuthFailed), Code::kAuthFailed);
+  EXPECT_EQ(ToWireCode(Code::kAuthFailed), wire::ErrorCode::AuthFailed);
   EXPECT_EQ(FromWireCode(wire::ErrorCode::HelloRequired), Code::kProtocol);
 }
 

@@ -22,6 +22,7 @@
 #include "schema/flags.h"
 #include "schema/frame.h"
 #include "tests/cluster.h"
+#include "tests/raw_peer.h"
 #include "worker/client.h"
 
 namespace tether {
@@ -30,220 +31,24 @@ namespace {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using testing::AddressFromLine;
+using testing::Bytes;
 using testing::Cluster;
 using testing::ClusterOptions;
+using testing::ConnectObserver;
+using testing::Contains;
+using testing::ErrorReply;
+using testing::ExpectAllRunning;
+using testing::ExpectRefused;
+using testing::ExpectServing;
+using testing::GarbageFrame;
+using testing::Header;
+using testing::HelloFrame;
+using testing::kReplyTimeoutMs;
 using testing::ProcStatusKib;
+using testing::RawPeer;
+using testing::ReadError;
+using testing::StatsRequestFrame;
 using testing::TempDir;
-
-constexpr int kReplyTimeoutMs = 3000;
-
-// A TCP peer that speaks raw bytes. Writes block; reads run the socket's own
-// io_context for at most a timeout (asio's blocking reads ignore
-// SO_RCVTIMEO, so they could hang a test on a shard that never answers).
-class RawPeer {
- public:
-  static Result<std::unique_ptr<RawPeer>> Connect(const std::string& address) {
-    auto hp = ParseHostPort(address, "shard address");
-    if (!hp.ok()) return hp.status();
-    std::unique_ptr<RawPeer> peer(new RawPeer());
-    boost::system::error_code ec;
-    tcp::resolver resolver(peer->io_);
-    auto endpoints = resolver.resolve(hp->host, std::to_string(hp->port), ec);
-    if (!ec) asio::connect(peer->socket_, endpoints, ec);
-    if (ec) {
-      return Unavailable("cannot connect to " + address + ": " + ec.message());
-    }
-    return peer;
-  }
-
-  // Writes every byte (small writes only: nothing bounds a blocked write).
-  boost::system::error_code Send(std::span<const uint8_t> bytes) {
-    boost::system::error_code ec;
-    asio::write(socket_, asio::buffer(bytes.data(), bytes.size()), ec);
-    return ec;
-  }
-
-  void ShutdownSend() {
-    boost::system::error_code ignored;
-    socket_.shutdown(tcp::socket::shutdown_send, ignored);
-  }
-
-  void Close() {
-    boost::system::error_code ignored;
-    socket_.close(ignored);
-  }
-
-  // Reads one whole frame (header, then body) and verifies it.
-  Result<Frame> ReadFrame(int timeout_ms) {
-    uint8_t header[kFrameHeaderBytes];
-    if (auto ec = ReadExactly(header, sizeof header, timeout_ms); ec) {
-      return Unavailable("reading a frame header: " + ec.message());
-    }
-    uint32_t n = 0;
-    for (size_t i = 0; i < kFrameHeaderBytes; ++i) {
-      n |= static_cast<uint32_t>(header[i]) << (8 * i);
-    }
-    if (n > (1u << 20)) return BadFrame("reply of " + std::to_string(n));
-    Frame frame(n);
-    if (auto ec = ReadExactly(frame.body(), n, timeout_ms); ec) {
-      return Unavailable("reading a frame body: " + ec.message());
-    }
-    if (Status s = frame.Verify(); !s.ok()) return s;
-    return frame;
-  }
-
-  // OK once the shard has closed the connection (end of stream or reset);
-  // an error when it sends more bytes or stays open past `timeout_ms`.
-  Status WaitForClose(int timeout_ms) {
-    uint8_t byte;
-    auto ec = ReadExactly(&byte, 1, timeout_ms);
-    if (!ec) return Internal("shard sent more bytes instead of closing");
-    if (ec == asio::error::eof || ec == asio::error::connection_reset) {
-      return Status::Ok();
-    }
-    return Status(Code::kTimeout, "shard kept the connection: " + ec.message());
-  }
-
- private:
-  RawPeer() : socket_(io_) {}
-
-  // Reads exactly `n` bytes, giving up after `timeout_ms` (timed_out).
-  boost::system::error_code ReadExactly(void* data, size_t n, int timeout_ms) {
-    boost::system::error_code result = asio::error::timed_out;
-    bool done = false;
-    asio::async_read(socket_, asio::buffer(data, n),
-                     [&](const boost::system::error_code& ec, size_t) {
-                       result = ec;
-                       done = true;
-                     });
-    io_.restart();
-    io_.run_for(std::chrono::milliseconds(timeout_ms));
-    if (!done) {
-      boost::system::error_code ignored;
-      socket_.cancel(ignored);
-      io_.restart();
-      io_.run();
-      return asio::error::timed_out;
-    }
-    return result;
-  }
-
-  asio::io_context io_;
-  tcp::socket socket_;
-};
-
-std::vector<uint8_t> Bytes(const OutBuffer& buffer) { return buffer.Flatten(); }
-
-std::vector<uint8_t> HelloFrame(uint32_t version,
-                                const std::string& client_name = "raw test") {
-  flatbuffers::FlatBufferBuilder fbb(256 + client_name.size());
-  auto name = fbb.CreateString(client_name);
-  auto hello = wire::CreateHello(fbb, version, wire::Role::Observer, -1, 0, -1,
-                                 0, 0, name);
-  return Bytes(*FinishFrame(fbb, hello));
-}
-
-std::vector<uint8_t> StatsRequestFrame() {
-  flatbuffers::FlatBufferBuilder fbb(64);
-  return Bytes(*FinishFrame(fbb, wire::CreateStatsRequest(fbb, 7)));
-}
-
-std::vector<uint8_t> Header(uint32_t n) {
-  return {static_cast<uint8_t>(n), static_cast<uint8_t>(n >> 8),
-          static_cast<uint8_t>(n >> 16), static_cast<uint8_t>(n >> 24)};
-}
-
-// A header announcing `body_size` bytes, then that many seeded random bytes.
-// mt19937's output is fixed by the standard, so the bytes are too.
-std::vector<uint8_t> GarbageFrame(uint32_t seed, uint32_t body_size) {
-  std::mt19937 rng(seed);
-  std::vector<uint8_t> bytes = Header(body_size);
-  for (uint32_t i = 0; i < body_size; ++i) {
-    bytes.push_back(static_cast<uint8_t>(rng() >> 24));
-  }
-  return bytes;
-}
-
-// Whether `text` contains `part`; the failure message shows both.
-::testing::AssertionResult Contains(const std::string& text,
-                                    const std::string& part) {
-  if (text.find(part) != std::string::npos) {
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure()
-         << "'" << text << "' does not contain '" << part << "'";
-}
-
-struct ErrorReply {
-  wire::ErrorCode code = wire::ErrorCode::None;
-  std::string message;
-};
-
-// Reads the shard's answer to a bad input: it must be an Error frame.
-Result<ErrorReply> ReadError(RawPeer& peer) {
-  auto frame = peer.ReadFrame(kReplyTimeoutMs);
-  if (!frame.ok()) return frame.status();
-  const wire::Error* error = frame->message()->body_as_Error();
-  if (error == nullptr) {
-    return ProtocolError(std::string("expected an Error, got ") +
-                         wire::EnumNameBody(frame->message()->body_type()));
-  }
-  return ErrorReply{error->code(),
-                    error->message() ? error->message()->str() : ""};
-}
-
-// Connects to `address`, sends `bytes` (then closes the send side when
-// `shutdown_send`), and returns the Error the shard answers with, after
-// checking that the shard then closes the connection.
-void ExpectRefused(const std::string& address, std::span<const uint8_t> bytes,
-                   bool shutdown_send, ErrorReply* reply) {
-  auto peer = RawPeer::Connect(address);
-  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
-  ASSERT_FALSE((*peer)->Send(bytes));
-  if (shutdown_send) (*peer)->ShutdownSend();
-  auto error = ReadError(**peer);
-  ASSERT_TRUE(error.ok()) << error.status().ToString();
-  *reply = *error;
-  Status closed = (*peer)->WaitForClose(kReplyTimeoutMs);
-  EXPECT_TRUE(closed.ok()) << closed.ToString();
-}
-
-std::unique_ptr<Client> ConnectObserver(const std::string& coordinator) {
-  ClientOptions o;
-  o.coordinator = coordinator;
-  o.observer = true;
-  o.name = "healthy observer";
-  o.connect_timeout_ms = 5000;
-  o.join_timeout_ms = 5000;
-  auto client = Client::Connect(o);
-  EXPECT_TRUE(client.ok()) << client.status().ToString();
-  return client.ok() ? std::move(*client) : nullptr;
-}
-
-// Defines `name` (64 floats, constant 1), pulls it, pushes a gradient of
-// ones and pulls again: SGD with `lr` must leave every value at 1 - lr.
-// With a small block size the tensor spans every shard.
-void ExpectServing(Client& client, const std::string& name, float lr) {
-  constexpr size_t kSize = 64;
-  ASSERT_TRUE(
-      client.DefineTensor(name, {kSize}, {InitKind::kConstant, 1.0f}).ok());
-  std::vector<float> values(kSize, -7.0f);
-  Status pulled = client.Pull(name, values);
-  ASSERT_TRUE(pulled.ok()) << pulled.ToString();
-  for (float v : values) ASSERT_FLOAT_EQ(v, 1.0f);
-  std::vector<float> grad(kSize, 1.0f);
-  Status pushed = client.Push(name, grad);
-  ASSERT_TRUE(pushed.ok()) << pushed.ToString();
-  pulled = client.Pull(name, values);
-  ASSERT_TRUE(pulled.ok()) << pulled.ToString();
-  for (float v : values) ASSERT_NEAR(v, 1.0f - lr, 1e-6f);
-}
-
-void ExpectAllRunning(Cluster& cluster) {
-  for (int i = 0; i < cluster.num_shards(); ++i) {
-    EXPECT_TRUE(cluster.shard(i).Running()) << "shard " << i << " exited";
-  }
-}
 
 // A one-shard cluster (one worker, so observers are welcomed at once) and
 // an observer connected before any bad input arrives.
@@ -470,7 +275,8 @@ TEST_F(Framing, PeerThatNeverFinishesItsHelloIsClosedAtTheTimeout) {
             std::chrono::milliseconds(400));
   EXPECT_TRUE(
       cluster_->shard(0)
-          .WaitForLine("no Hello within 500 ms (--handshake-timeout-ms)", 1000)
+          .WaitForLine(
+              "handshake not done within 500 ms (--handshake-timeout-ms)", 1000)
           .ok());
   ExpectStillServing("after_silent_peers");
 }

@@ -40,10 +40,17 @@ inline std::vector<std::unique_ptr<Client>> ConnectWorkers(
   return clients;
 }
 
-inline std::unique_ptr<Client> ConnectObserver(const std::string& coordinator) {
+// An observer Client of the cluster at `coordinator` (null on failure,
+// which fails the test), with `key_file` as its --auth-key-file.
+inline std::unique_ptr<Client> ConnectObserver(
+    const std::string& coordinator, const std::string& key_file = "") {
   ClientOptions o;
   o.coordinator = coordinator;
   o.observer = true;
+  o.name = "test observer";
+  o.auth_key_file = key_file;
+  o.connect_timeout_ms = 5000;
+  o.join_timeout_ms = 20000;
   auto c = Client::Connect(o);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   return c.ok() ? std::move(*c) : nullptr;

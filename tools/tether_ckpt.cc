@@ -683,12 +683,13 @@ int RunExport(const ShardDirs& dirs, const CkptOptions& o) {
 }
 
 // Asks a running cluster's shard 0 for a round now.
-int RunNow(const std::string& coordinator) {
+int RunNow(const std::string& coordinator, const std::string& key_file) {
   if (coordinator.empty()) {
     return Fail(InvalidArgument("now needs --coordinator HOST:PORT"));
   }
   ClientOptions co;
   co.coordinator = coordinator;
+  co.auth_key_file = key_file;
   co.observer = true;
   co.name = "tether-ckpt now";
   auto client = Client::Connect(co);
@@ -704,12 +705,15 @@ int RunNow(const std::string& coordinator) {
 int Main(int argc, char** argv) {
   CkptOptions o;
   std::string coordinator;
+  std::string key_file;
   FlagParser p("tether-ckpt COMMAND", kSummary);
   p.AddString("data-dir", &o.data_dir,
               "the shards' data dirs, comma-separated, shard 0's first; or "
               "one dir holding shard0, shard1, ...");
   p.AddString("round", &o.round, "show, verify, export: a round or latest");
   p.AddString("coordinator", &coordinator, "now: HOST:PORT of shard 0");
+  p.AddString("auth-key-file", &key_file,
+              "now: file holding the run's shared key, when it has one");
   p.AddString("format", &o.format, "export: safetensors or npy");
   p.AddString("out", &o.out,
               "export: the .safetensors file, or the directory for .npy files");
@@ -724,7 +728,7 @@ int Main(int argc, char** argv) {
                  "export or now; see --help\n";
     return 2;
   }
-  if (p.positional()[0] == "now") return RunNow(coordinator);
+  if (p.positional()[0] == "now") return RunNow(coordinator, key_file);
   Result<ShardDirs> dirs = ResolveDirs(o.data_dir);
   if (!dirs.ok()) {
     std::cerr << "tether-ckpt: " << dirs.status().message() << "\n";

@@ -26,6 +26,7 @@ namespace {
 
 struct CliOptions {
   std::string coordinator = "127.0.0.1:7070";
+  std::string auth_key_file;
   std::string tensor = "w";
   std::string shape = "1024";
   std::string init = "zeros";  // zeros, uniform, normal, constant
@@ -170,6 +171,8 @@ int Main(int argc, char** argv) {
   CliOptions o;
   FlagParser p("tether-client COMMAND", kSummary);
   p.AddString("coordinator", &o.coordinator, "HOST:PORT of shard 0");
+  p.AddString("auth-key-file", &o.auth_key_file,
+              "file holding the run's shared key, when the shards have one");
   p.AddString("tensor", &o.tensor, "tensor name");
   p.AddString("shape", &o.shape, "tensor shape, e.g. 784,10");
   p.AddString("init", &o.init, "zeros, uniform, normal or constant");
@@ -211,6 +214,7 @@ int Main(int argc, char** argv) {
 
   ClientOptions co;
   co.coordinator = o.coordinator;
+  co.auth_key_file = o.auth_key_file;
   co.observer = command != "train";
   co.rank = o.rank;
   co.staleness = o.staleness;

@@ -47,6 +47,9 @@ struct UpOptions {
   // Seconds to keep the shards and the dashboard up after training; -1:
   // until Ctrl-C.
   double linger_s = 0;
+  std::string auth_key_file;  // the run's shared key, for every process
+  // The dashboard's token for POST endpoints; default LOG_DIR/dashboard.token.
+  std::string http_token_file;
 };
 
 std::atomic<bool> g_interrupted{false};
@@ -79,6 +82,8 @@ class Launcher {
   void PrintResult(double accuracy, double secs);
   Status Failed(const Process& p, const std::string& name,
                 const std::string& what);
+  // Appends --auth-key-file to a shard's or worker's arguments.
+  std::vector<std::string> WithKey(std::vector<std::string> argv) const;
 
   const UpOptions o_;
   const std::string bin_;
@@ -95,6 +100,15 @@ Status Launcher::Failed(const Process& p, const std::string& name,
                         const std::string& what) {
   return Unavailable(name + " " + what + "; last lines of " + p.log_path() +
                      ":\n" + Tail(p.Log(), 10));
+}
+
+std::vector<std::string> Launcher::WithKey(
+    std::vector<std::string> argv) const {
+  if (!o_.auth_key_file.empty()) {
+    argv.push_back("--auth-key-file");
+    argv.push_back(o_.auth_key_file);
+  }
+  return argv;
 }
 
 Status Launcher::StartShards() {
@@ -120,6 +134,10 @@ Status Launcher::StartShards() {
             std::to_string(o_.checkpoint_every)}) {
         argv.push_back(a);
       }
+      if (o_.http != "off") {
+        argv.push_back("--http-token-file");
+        argv.push_back(o_.http_token_file);
+      }
       if (!o_.resume.empty()) {
         argv.push_back("--resume");
         argv.push_back(o_.resume);
@@ -130,7 +148,7 @@ Status Launcher::StartShards() {
     }
     std::string name = "shard " + std::to_string(id);
     auto p = Process::Start(
-        argv, o_.log_dir + "/shard" + std::to_string(id) + ".log");
+        WithKey(argv), o_.log_dir + "/shard" + std::to_string(id) + ".log");
     if (!p.ok()) return p.status().WithContext(name);
     shards_.push_back(std::move(*p));
     auto line = shards_.back()->WaitForLine("listening on", 15000);
@@ -172,7 +190,7 @@ Status Launcher::StartWorkers() {
       argv.push_back(std::to_string(o_.slowdown));
     }
     auto p = Process::Start(
-        argv, o_.log_dir + "/worker" + std::to_string(r) + ".log");
+        WithKey(argv), o_.log_dir + "/worker" + std::to_string(r) + ".log");
     if (!p.ok()) return p.status().WithContext("worker " + std::to_string(r));
     workers_.push_back(std::move(*p));
   }
@@ -185,6 +203,7 @@ void Launcher::Poll(bool print, bool tty) {
     co.coordinator = coordinator_;
     co.observer = true;
     co.name = "tether-up";
+    co.auth_key_file = o_.auth_key_file;
     co.connect_timeout_ms = 2000;
     co.join_timeout_ms = 2000;
     auto c = Client::Connect(co);
@@ -265,8 +284,8 @@ Status Launcher::Evaluate(double* accuracy) {
   if (o_.model == "sparse-lr") return Status::Ok();
   std::string output;
   auto p = Process::Start(
-      {bin_ + "/tether-worker", "--coordinator", coordinator_, "--model",
-       o_.model, "--evaluate-only", "--test-data", o_.data},
+      WithKey({bin_ + "/tether-worker", "--coordinator", coordinator_,
+               "--model", o_.model, "--evaluate-only", "--test-data", o_.data}),
       o_.log_dir + "/evaluate.log");
   if (!p.ok()) return p.status();
   auto code = (*p)->Wait(120000);
@@ -299,6 +318,8 @@ int Launcher::Run() {
     std::printf("coordinator: %s\n", coordinator_.c_str());
     if (!dashboard_.empty()) {
       std::printf("dashboard:   %s\n", dashboard_.c_str());
+      std::printf("token:       in %s (for 'checkpoint now')\n",
+                  o_.http_token_file.c_str());
     } else {
       std::printf("dashboard:   off (--http off)\n");
     }
@@ -389,6 +410,11 @@ int Main(int argc, char** argv) {
   p.AddDouble("linger", &o.linger_s,
               "after training, keep the shards and the dashboard up this "
               "many seconds; -1: until Ctrl-C");
+  p.AddString("auth-key-file", &o.auth_key_file,
+              "the run's shared key, given to every shard and worker");
+  p.AddString("http-token-file", &o.http_token_file,
+              "the dashboard's token for POST endpoints (created when "
+              "missing; default: LOG_DIR/dashboard.token)");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   if (o.shards < 1 || o.workers < 1 || o.slow < 0 || o.slow > o.workers ||
       o.slowdown < 1) {
@@ -413,6 +439,9 @@ int Main(int argc, char** argv) {
     }
   }
   if (o.data_dir.empty()) o.data_dir = o.log_dir;
+  if (o.http_token_file.empty()) {
+    o.http_token_file = o.log_dir + "/dashboard.token";
+  }
   if (!o.resume.empty() && o.data_dir == o.log_dir) {
     std::cerr << "tether-up: --resume needs --data-dir (the directory of the "
                  "run to resume)\n";

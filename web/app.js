@@ -507,6 +507,21 @@ function compact(v) {
 
 // ---- controls --------------------------------------------------------------
 
+// The dashboard token that POST endpoints need: asked for when the server
+// answers 401, kept for this tab only (sessionStorage), never shown.
+const TOKEN_KEY = 'tether-dashboard-token';
+
+function storedToken() {
+  try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; }
+}
+
+function storeToken(token) {
+  try {
+    if (token) sessionStorage.setItem(TOKEN_KEY, token);
+    else sessionStorage.removeItem(TOKEN_KEY);
+  } catch (e) { /* storage off: the token lasts until the next 401 */ }
+}
+
 async function checkpointNow() {
   const button = $('checkpoint-now');
   const out = $('checkpoint-result');
@@ -514,7 +529,10 @@ async function checkpointNow() {
   out.className = '';
   out.textContent = 'asking…';
   try {
-    const res = await fetch('/api/checkpoint', { method: 'POST' });
+    const headers = {};
+    const token = storedToken();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const res = await fetch('/api/checkpoint', { method: 'POST', headers });
     let body = null;
     try { body = await res.json(); } catch (e) { /* not JSON: use the status line */ }
     if (res.ok && body && known(body.round)) {
@@ -523,6 +541,11 @@ async function checkpointNow() {
     } else {
       out.textContent = (body && body.error) || `HTTP ${res.status} ${res.statusText}`.trim();
       out.className = 'err';
+    }
+    if (res.status === 401) {
+      storeToken('');
+      $('token-form').hidden = false;
+      $('token-input').focus();
     }
   } catch (e) {
     out.textContent = `request failed: ${e.message}`;
@@ -559,8 +582,18 @@ function setXAxis(axis) {
   invalidate('charts');
 }
 
+function useToken(event) {
+  event.preventDefault();
+  const input = $('token-input');
+  storeToken(input.value.trim());
+  input.value = '';
+  $('token-form').hidden = true;
+  checkpointNow();
+}
+
 function start() {
   $('checkpoint-now').addEventListener('click', checkpointNow);
+  $('token-form').addEventListener('submit', useToken);
   $('copy-config').addEventListener('click', copyConfig);
   for (const b of document.querySelectorAll('#x-axis button')) {
     b.addEventListener('click', () => setXAxis(b.dataset.x));

@@ -10,6 +10,7 @@
 #include <future>
 #include <thread>
 
+#include "schema/auth.h"
 #include "schema/connection.h"
 #include "schema/frame.h"
 #include "schema/log.h"
@@ -199,6 +200,7 @@ struct Client::Impl {
   uint64_t NextId() { return next_id++; }
 
   const ClientOptions options;
+  std::shared_ptr<const AuthKey> auth_key;  // null: no authentication
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work;
   std::vector<std::thread> threads;
@@ -272,19 +274,48 @@ void Client::Impl::Attach(Link& link, std::shared_ptr<Connection> conn) {
 
 Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
                                             int timeout_ms) {
-  flatbuffers::FlatBufferBuilder fbb(256);
-  auto name = fbb.CreateString(options.name);
-  auto role = options.observer ? wire::Role::Observer : wire::Role::Worker;
+  HelloFields fields;
+  fields.role = options.observer ? wire::Role::Observer : wire::Role::Worker;
+  fields.rank = rank;
+  fields.staleness = options.staleness;
+  fields.name = options.name;
   // A worker coming back after a lost connection says its clock, so the
   // shard does not hold it (and everyone) back at an older one.
-  const int64_t hello_clock = welcomed ? clock.load() : -1;
-  auto hello =
-      wire::CreateHello(fbb, kProtocolVersion, role, rank, options.staleness,
-                        -1, 0, 0, name, hello_clock);
+  fields.clock = welcomed ? clock.load() : -1;
+  std::string peer = link.Describe();
+  auto auth = std::make_shared<PeerAuth>(auth_key);
+  OutFrame hello = auth->First(std::move(fields));
+  if (auth_key) {
+    // The shard challenges at once (before the coordinator waits for the
+    // others to join), so this waits no longer than a connect.
+    auto answer = std::make_shared<std::promise<Result<OutFrame>>>();
+    auto answered = answer->get_future();
+    Send(link, 0, std::move(hello),
+         [answer, auth, peer](const wire::Message* m, const Status& error) {
+           if (m == nullptr) return answer->set_value(error);
+           if (const wire::Challenge* c = m->body_as_Challenge()) {
+             return answer->set_value(auth->Answer(*c, peer));
+           }
+           Status refused = auth->CheckWelcome(peer);
+           answer->set_value(
+               !refused.ok()
+                   ? refused
+                   : ProtocolError(peer + " answered Hello with " +
+                                   wire::EnumNameBody(m->body_type())));
+         });
+    const int wait_ms = std::max(options.connect_timeout_ms, 1000);
+    if (answered.wait_for(std::chrono::milliseconds(wait_ms)) !=
+        std::future_status::ready) {
+      return Status(Code::kTimeout, "no Challenge from " + peer + " after " +
+                                        std::to_string(wait_ms / 1000) + " s");
+    }
+    Result<OutFrame> second = answered.get();
+    if (!second.ok()) return second.status();
+    hello = std::move(*second);
+  }
   auto promise = std::make_shared<std::promise<Result<WelcomeInfo>>>();
   auto future = promise->get_future();
-  std::string peer = link.Describe();
-  Send(link, 0, FinishFrame(fbb, hello),
+  Send(link, 0, std::move(hello),
        [promise, peer](const wire::Message* m, const Status& error) {
          if (m == nullptr) return promise->set_value(error);
          const wire::Welcome* w = m->body_as_Welcome();
@@ -644,8 +675,15 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.chunk_bytes < 1024) {
     return InvalidArgument("chunk_bytes: must be at least 1024");
   }
+  std::shared_ptr<const AuthKey> key;
+  if (!options.auth_key_file.empty()) {
+    auto loaded = AuthKey::Load(options.auth_key_file, "--auth-key-file");
+    if (!loaded.ok()) return loaded.status();
+    key = *loaded;
+  }
   auto impl = std::make_unique<Impl>(std::move(options));
   Impl& c = *impl;
+  c.auth_key = std::move(key);
   for (int i = 0; i < c.options.io_threads; ++i) {
     c.threads.emplace_back([&c] { c.io.run(); });
   }

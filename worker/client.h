@@ -60,6 +60,8 @@ struct ClientOptions {
   int rank = -1;      // worker rank to claim; -1: the coordinator picks
   int staleness = 0;  // SSP bound: 0 is BSP, -1 fully asynchronous
   std::string name;   // shown in shard logs
+  // The run's shared key (schema/auth.h), when the shards have one.
+  std::string auth_key_file;
   size_t max_frame_bytes = size_t{64} << 20;
   size_t chunk_bytes = size_t{4} << 20;  // payload per request frame
   int connect_timeout_ms = 10000;        // per shard, retrying refused connects

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
       "Trains a model on its share of the data against a tether cluster:\n"
       "pull (within the staleness bound), compute with oneDNN, push, clock.");
   p.AddString("coordinator", &o.coordinator, "HOST:PORT of shard 0");
+  p.AddString("auth-key-file", &o.auth_key_file,
+              "file holding the run's shared key, when the shards have one");
   p.AddInt("rank", &o.rank, "rank to claim; -1: the coordinator picks");
   p.AddInt("staleness", &o.staleness, "SSP bound: 0 BSP, -1 fully async");
   p.AddString("model", &o.model, "softmax, mlp or sparse-lr");

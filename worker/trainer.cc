@@ -461,6 +461,7 @@ Status EvaluateOnly(const TrainerOptions& o, DenseModel& model,
                     const DenseDataset& test) {
   ClientOptions co;
   co.coordinator = o.coordinator;
+  co.auth_key_file = o.auth_key_file;
   co.observer = true;
   co.name = "tether-worker --evaluate-only";
   auto client = Client::Connect(co);
@@ -501,6 +502,7 @@ Status RunTrainer(const TrainerOptions& o) {
     }
     ClientOptions co;
     co.coordinator = o.coordinator;
+    co.auth_key_file = o.auth_key_file;
     co.rank = o.rank;
     co.staleness = o.staleness;
     co.name = "tether-worker sparse-lr";
@@ -543,6 +545,7 @@ Status RunTrainer(const TrainerOptions& o) {
 
   ClientOptions co;
   co.coordinator = o.coordinator;
+  co.auth_key_file = o.auth_key_file;
   co.rank = o.rank;
   co.staleness = o.staleness;
   co.name = "tether-worker " + o.model;

@@ -12,6 +12,7 @@ namespace tether {
 
 struct TrainerOptions {
   std::string coordinator = "127.0.0.1:7070";  // --coordinator
+  std::string auth_key_file;       // --auth-key-file: the run's shared key
   int rank = -1;                   // --rank: -1 lets the coordinator pick
   int staleness = 0;               // --staleness: 0 BSP, -1 async
   std::string model = "mlp";       // --model: softmax, mlp or sparse-lr

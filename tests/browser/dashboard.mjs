@@ -64,7 +64,7 @@ export async function checkDashboard(page, cluster, artifactDir, note) {
   await checkSeed(page, cluster.url);
 
   await checkWorkerDeath(page, cluster, note);
-  await checkCheckpointButton(page, note);
+  await checkCheckpointButton(page, cluster, note);
 
   const shot = path.join(artifactDir, 'dashboard.png');
   await page.screenshot({ path: shot, fullPage: true });
@@ -105,14 +105,43 @@ async function checkWorkerDeath(page, cluster, note) {
   note(`one worker killed: ${await page.evaluate(workerStates)}`);
 }
 
-async function checkCheckpointButton(page, note) {
-  await page.click('#checkpoint-now');
+// Clicks "checkpoint now" (or submits the token form) and returns the answer
+// the page shows.
+async function answerTo(page, act) {
+  await page.evaluate(() => { document.getElementById('checkpoint-result').textContent = ''; });
+  await act();
   await waitInPage(page, '#checkpoint-result showed no answer', 10000,
     () => {
       const t = document.getElementById('checkpoint-result').textContent.trim();
       return t !== '' && t !== 'asking…';
     }, () => JSON.stringify(document.getElementById('checkpoint-result').textContent));
-  const answer = await page.textContent('#checkpoint-result');
+  return page.textContent('#checkpoint-result');
+}
+
+async function submitToken(page, token) {
+  await page.fill('#token-input', token);
+  await page.click('#token-form button[type=submit]');
+}
+
+// "Checkpoint now" needs the dashboard token: the page asks for it on the
+// first 401, says so again for a wrong one, and goes through with the right
+// one (read from the token file, as a user would).
+async function checkCheckpointButton(page, cluster, note) {
+  let answer = await answerTo(page, () => page.click('#checkpoint-now'));
+  if (!/token/.test(answer) || !(await page.isVisible('#token-form'))) {
+    throw new Error(`without a token "checkpoint now" answered ${JSON.stringify(answer)} and no token form`);
+  }
+  answer = await answerTo(page, () => submitToken(page, 'f'.repeat(64)));
+  if (!/wrong dashboard token/.test(answer) || !(await page.isVisible('#token-form'))) {
+    throw new Error(`a wrong token got ${JSON.stringify(answer)}`);
+  }
+  const token = fs.readFileSync(cluster.tokenFile, 'utf8').trim();
+  answer = await answerTo(page, () => submitToken(page, token));
+  if (/token/.test(answer) || await page.isVisible('#token-form')) {
+    throw new Error(`the right token got ${JSON.stringify(answer)}`);
+  }
+  const html = await page.content();
+  if (html.includes(token)) throw new Error('the token shows in the page');
   // The page must still be whole and live after the answer.
   await sleep(500);
   const conn = await page.textContent('#conn');

@@ -10,6 +10,8 @@
 //   ARTIFACT_DIR=/tmp/dashboard-artifacts node tests/browser/dashboard.test.mjs
 //
 // ARTIFACT_DIR receives dashboard.png and one log per process.
+import fs from 'node:fs';
+import path from 'node:path';
 import { runDashboardTest } from './dashboard.mjs';
 
 const STARTUP_MS = 20000;
@@ -21,11 +23,15 @@ async function startCluster(procs, note) {
     throw new Error('set TETHER_SERVER_BIN and TETHER_WORKER_BIN to the tether-server and tether-worker binaries');
   }
   const killed = new Set();
+  // The server writes a fresh token here (a file left from a past run is read).
+  const tokenFile = path.join(procs.artifactDir, 'dashboard.token');
+  fs.rmSync(tokenFile, { force: true });
 
   const shard0 = procs.start('shard0', server, [
     '--shard-id', '0', '--shards', '2', '--listen', '127.0.0.1:0', '--workers', '3',
     '--max-staleness', '3', '--optimizer', 'adam', '--lr', '0.001',
     '--http', '127.0.0.1:0', '--dashboard-interval-ms', '200',
+    '--http-token-file', tokenFile,
   ]);
   const [listen, dashboard] = await Promise.all([
     procs.waitForLine(shard0, /listening on (\S+:\d+)/, STARTUP_MS),
@@ -52,6 +58,7 @@ async function startCluster(procs, note) {
   return {
     url,
     killed,
+    tokenFile,
     // Which rank a process gets is up to the coordinator; the check looks for
     // the one row that turns dead. Kill a full-speed worker.
     async killOneWorker() {

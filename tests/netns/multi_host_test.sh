@@ -6,7 +6,8 @@
 # in. The cut outlasts shard 0's --worker-timeout-ms, so worker 3 is evicted
 # (the others go on without it) and, once its link is back, rejoins. The run
 # must finish: every worker exits 0 and rank 0's final line reports a test
-# accuracy.
+# accuracy. The shards listen beyond loopback, so every process is given
+# the run's key (--auth-key-file) and proves it in its handshake.
 #
 #   hosts:  shard 0 10.77.0.1, shard 1 10.77.0.2,
 #           workers 10.77.0.11, 10.77.0.12, 10.77.0.13 (worker 3)
@@ -184,12 +185,18 @@ wait_for_line() {
   done
 }
 
+# The shards listen beyond loopback, so every process proves the run's key.
+key_file="$log_dir/run.key"
+(umask 077 && head -c 32 /dev/urandom | base64 > "$key_file")
+key=(--auth-key-file "$key_file")
+
 start shard0 s0 "$server_bin" --shard-id 0 --shards 2 --listen 10.77.0.1:7070 \
   --http off --workers 3 --max-staleness 2 --optimizer adam --lr 0.001 \
-  --worker-timeout-ms 3000 --heartbeat-ms 500
+  --worker-timeout-ms 3000 --heartbeat-ms 500 "${key[@]}"
 wait_for_line shard0 'listening on 10\.77\.0\.1:7070' 20
+wait_for_line shard0 'authentication: every peer proves the key' 1
 start shard1 s1 "$server_bin" --shard-id 1 --shards 2 --listen 10.77.0.2:7070 \
-  --coordinator 10.77.0.1:7070
+  --coordinator 10.77.0.1:7070 "${key[@]}"
 wait_for_line shard1 'listening on 10\.77\.0\.2:7070' 20 shard0
 wait_for_line shard0 'shard 1 registered' 20 shard1
 note "shards up: shard 0 on 10.77.0.1:7070, shard 1 on 10.77.0.2:7070"
@@ -198,7 +205,7 @@ quiet=(--quiet)
 [[ $verbose == 1 ]] && quiet=()
 for i in 1 2 3; do
   start "worker$i" "w$i" "$worker_bin" --coordinator 10.77.0.1:7070 \
-    --staleness 2 --model mlp --epochs "$epochs" "${quiet[@]}"
+    --staleness 2 --model mlp --epochs "$epochs" "${quiet[@]}" "${key[@]}"
 done
 wait_for_line shard0 'all 3 workers joined; training starts' 60 \
   shard1 worker1 worker2 worker3

@@ -20,12 +20,15 @@ int main(int argc, char** argv) {
   int warmup = 1;
   tether::FlagParser p("tether-bench-pushpull", "push+pull goodput");
   p.AddString("coordinator", &coordinator, "HOST:PORT of shard 0");
+  std::string auth_key_file;
+  p.AddString("auth-key-file", &auth_key_file, "the run's shared key");
   p.AddUint64("floats", &floats, "tensor size in floats");
   p.AddInt("rounds", &rounds, "timed push+pull rounds");
   p.AddInt("warmup", &warmup, "untimed rounds first");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   tether::ClientOptions o;
   o.coordinator = coordinator;
+  o.auth_key_file = auth_key_file;
   o.observer = true;
   o.name = "bench";
   auto client = tether::Client::Connect(o);

@@ -1,0 +1,151 @@
+// Writes the seed corpus of tests/fuzz/session_fuzz.cc (its input format is
+// described there): conversations that reach each message handler.
+//   session_seeds DIR
+#include <cstdint>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "schema/auth.h"
+#include "schema/frame.h"
+#include "schema/stats.h"
+
+namespace {
+
+using namespace tether;
+
+class Conversation {
+ public:
+  explicit Conversation(uint8_t mode) { bytes_.push_back(mode); }
+  Conversation& Say(int who, const OutFrame& frame) {
+    const std::vector<uint8_t> all = frame->Flatten();
+    const size_t n = all.size() - kFrameHeaderBytes;
+    bytes_.push_back(static_cast<uint8_t>(who));
+    bytes_.push_back(static_cast<uint8_t>(n));
+    bytes_.push_back(static_cast<uint8_t>(n >> 8));
+    bytes_.insert(bytes_.end(), all.begin() + kFrameHeaderBytes, all.end());
+    return *this;
+  }
+  void Write(const std::string& path) const {
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes_.data()), bytes_.size());
+  }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+OutFrame Define(uint64_t id, const char* name, std::vector<uint64_t> shape) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto n = fbb.CreateString(name);
+  auto init = wire::CreateInitSpec(fbb, wire::InitKind::Constant, 1.0f);
+  return FinishFrame(
+      fbb, wire::CreateDefineTensor(fbb, id, n, fbb.CreateVector(shape), init));
+}
+
+OutFrame DefineTable(uint64_t id, const char* name, uint32_t dim) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto n = fbb.CreateString(name);
+  auto init = wire::CreateInitSpec(fbb, wire::InitKind::Uniform, 0.1f);
+  return FinishFrame(fbb, wire::CreateDefineTable(fbb, id, n, dim, init));
+}
+
+OutFrame Pull(uint64_t id, uint32_t tensor, std::vector<uint32_t> blocks,
+              std::vector<uint64_t> keys) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const bool sparse = !keys.empty();
+  auto b = fbb.CreateVector(blocks);
+  auto k = fbb.CreateVector(keys);
+  return FinishFrame(fbb, wire::CreatePull(fbb, id, tensor, b, k, sparse));
+}
+
+OutFrame Push(uint64_t id, uint32_t tensor, int64_t read_clock) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<float> values(16, 0.5f);
+  std::vector<flatbuffers::Offset<wire::Block>> blocks = {
+      wire::CreateBlock(fbb, 0, fbb.CreateVector(values))};
+  return FinishFrame(fbb, wire::CreatePush(fbb, id, tensor, read_clock,
+                                           fbb.CreateVector(blocks)));
+}
+
+OutFrame SparsePush(uint64_t id, uint32_t table) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<uint64_t> keys = {3, 99};
+  std::vector<float> rows(8, 0.25f);
+  return FinishFrame(
+      fbb, wire::CreatePush(fbb, id, table, -1, 0, fbb.CreateVector(keys),
+                            fbb.CreateVector(rows), true));
+}
+
+template <typename Make>
+OutFrame Build(Make make) {
+  flatbuffers::FlatBufferBuilder fbb;
+  return FinishFrame(fbb, make(fbb));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: session_seeds DIR\n";
+    return 2;
+  }
+  const std::string dir = argv[1];
+  auto clock = [](uint64_t id, int64_t c) {
+    return Build([&](auto& fbb) { return wire::CreateClock(fbb, id, c); });
+  };
+  // Two workers train: define, pull, push, clock.
+  Conversation(1 | 4)
+      .Say(0, Define(1, "w", {4, 8}))
+      .Say(1, Define(1, "w", {4, 8}))
+      .Say(0, Pull(2, 0, {0, 1}, {}))
+      .Say(0, Push(3, 0, 0))
+      .Say(0, clock(4, 1))
+      .Say(1, Pull(2, 0, {0}, {}))
+      .Say(1, clock(3, 1))
+      .Say(0, Pull(5, 0, {1}, {}))
+      .Write(dir + "/train");
+  // Sparse tables.
+  Conversation(1 | 4)
+      .Say(0, DefineTable(1, "emb", 4))
+      .Say(0, Pull(2, 0, {}, {3, 99, 3}))
+      .Say(0, SparsePush(3, 0))
+      .Write(dir + "/sparse");
+  // A worker's reports, data chunks, a heartbeat, a checkpoint request.
+  Conversation(1 | 4)
+      .Say(0, Build([](auto& fbb) {
+             return wire::CreateWorkerReport(
+                 fbb, 1, 3, 0, 640, 0.7f, 100.0f, 0.8f, 0.5f,
+                 fbb.CreateString("cpu"), fbb.CreateString("host"), 0.1f);
+           }))
+      .Say(0, Build([](auto& fbb) {
+             return wire::CreateDataRequest(fbb, 2, 60000, 2000, 2);
+           }))
+      .Say(1, Build([](auto& fbb) {
+             return wire::CreateHeartbeat(fbb, 0, 1700000000000);
+           }))
+      .Say(0,
+           Build([](auto& fbb) { return wire::CreateCheckpointNow(fbb, 3); }))
+      .Write(dir + "/report");
+  // A shard registering, then its round and figures.
+  Conversation(3)
+      .Say(0, Build([](auto& fbb) {
+             return wire::CreateRoundWritten(fbb, 0, 1, 4096,
+                                             fbb.CreateString(""), 0.01);
+           }))
+      .Say(0, MakeStatsFrame(0, ShardStats{}))
+      .Write(dir + "/shard");
+  // An observer asks for figures and defines a tensor.
+  Conversation(2)
+      .Say(0, Build([](auto& fbb) { return wire::CreateStatsRequest(fbb, 1); }))
+      .Say(0, Define(2, "w", {4, 8}))
+      .Write(dir + "/observer");
+  // A keyed shard: a Hello with a nonce is challenged.
+  HelloFields hello;
+  hello.role = wire::Role::Worker;
+  hello.rank = 0;
+  hello.nonce = std::string(kAuthNonceBytes, 'n');
+  Conversation(8).Say(0, MakeHelloFrame(hello)).Write(dir + "/keyed");
+  return 0;
+}
