@@ -32,6 +32,8 @@ const char* CodeName(Code code) {
       return "internal error";
     case Code::kAuthFailed:
       return "authentication failed";
+    case Code::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }

@@ -29,6 +29,7 @@ enum class Code {
   kIoError,
   kInternal,
   kAuthFailed,  // no key, a wrong key or a replayed handshake
+  kCancelled,   // the run was stopped
 };
 
 // A short lowercase name for `code`, e.g. "invalid argument".

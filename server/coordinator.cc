@@ -1,5 +1,7 @@
 #include "server/coordinator.h"
 
+#include <algorithm>
+
 #include "schema/log.h"
 
 namespace tether {
@@ -96,6 +98,10 @@ Result<int> Coordinator::JoinWorker(int requested_rank, int staleness,
                                     const std::shared_ptr<Connection>& conn,
                                     bool reconnecting) {
   std::unique_lock lock(mu_);
+  if (!stopped_.empty()) {
+    return Unavailable("the run was stopped (" + stopped_ +
+                       "); start a new one, or resume it with --resume");
+  }
   const int n = settings_.num_workers;
   int rank = requested_rank;
   if (rank >= n) {
@@ -298,6 +304,40 @@ OutFrame Coordinator::MakeWelcome(int rank, int staleness) const {
   return MakeWelcomeFrame(settings_, 0, rank, staleness,
                           rank >= 0 ? worker_clock_(rank) : 0,
                           MapComplete() ? shard_addresses_ : kNoMap);
+}
+
+Result<int> Coordinator::StopRun(const std::string& reason) {
+  std::vector<std::shared_ptr<Connection>> workers, unwelcomed;
+  {
+    std::lock_guard lock(mu_);
+    if (!stopped_.empty()) return Unavailable("the run was stopped already");
+    stopped_ = reason;
+    // Workers still waiting for their Welcome will not get one.
+    std::erase_if(waiting_, [&](const Waiting& w) {
+      if (w.rank >= 0) unwelcomed.push_back(w.conn);
+      return w.rank >= 0;
+    });
+    for (const auto& link : worker_links_) {
+      auto conn = link.lock();
+      if (conn && std::find(unwelcomed.begin(), unwelcomed.end(), conn) ==
+                      unwelcomed.end()) {
+        workers.push_back(std::move(conn));
+      }
+    }
+  }
+  for (const auto& conn : unwelcomed) {
+    conn->SendAndClose(MakeErrorFrame(
+        0,
+        Unavailable("the run was stopped (" + reason + ") before it started")));
+  }
+  for (const auto& conn : workers) {
+    flatbuffers::FlatBufferBuilder fbb(64);
+    conn->Send(
+        FinishFrame(fbb, wire::CreateStop(fbb, fbb.CreateString(reason))));
+  }
+  TETHER_LOG(kWarning) << "run stopped (" << reason << "): told "
+                       << workers.size() << " worker(s)";
+  return static_cast<int>(workers.size());
 }
 
 }  // namespace tether

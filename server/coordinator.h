@@ -90,6 +90,12 @@ class Coordinator {
   void SetTakeRound(std::function<Result<int64_t>()> take_local);
   Result<int64_t> CheckpointNow();
 
+  // Ends training: every joined worker is told to stop after its current
+  // step (it reports, evaluates and exits 0), and workers that join later
+  // are refused. The shards keep serving. Returns how many were told;
+  // kUnavailable when the run was stopped already.
+  Result<int> StopRun(const std::string& reason);
+
  private:
   struct Waiting {
     std::shared_ptr<Connection> conn;
@@ -123,6 +129,7 @@ class Coordinator {
   std::vector<std::weak_ptr<Connection>> worker_links_;  // the same, owned
   std::vector<Waiting> waiting_;     // hello'd peers not yet welcomed
   bool started_ = false;             // every worker has been welcomed once
+  std::string stopped_;              // why the run was stopped; "" running
   std::optional<ChunkPool> chunks_;  // made by the first DataRequest
   uint64_t chunk_rows_total_ = 0;    // what it was made for
   uint32_t chunk_rows_ = 0;

@@ -124,13 +124,31 @@ std::optional<HttpResponse> Dashboard::Refuse(const HttpRequest& request) {
   return std::nullopt;
 }
 
+HttpResponse Dashboard::StopRun() {
+  // A round first (when the run keeps them), so the run can be resumed
+  // from where it stopped.
+  Result<int64_t> round = coordinator_->CheckpointNow();
+  auto told = coordinator_->StopRun("stopped from the dashboard");
+  if (!told.ok()) return Error(409, told.status().message());
+  monitor_.OnRunStopped("run stopped from the dashboard; " +
+                        std::to_string(*told) + " worker(s) told");
+  boost::json::object answer{{"workers", *told}};
+  if (round.ok()) {
+    answer["round"] = *round;
+  } else {
+    answer["round"] = nullptr;
+    answer["checkpoint"] = round.status().message();
+  }
+  return Json(202, answer);
+}
+
 HttpResponse Dashboard::Handle(const HttpRequest& request) {
   const std::string& path = request.target;
   const bool get = request.method == "GET";
-  if (path == "/api/checkpoint") {
+  if (path == "/api/checkpoint" || path == "/api/stop") {
     if (request.method != "POST") return MethodNotAllowed(request, "POST");
     if (auto refused = Refuse(request)) return *refused;
-    return CheckpointNow();
+    return path == "/api/stop" ? StopRun() : CheckpointNow();
   }
   if (path == "/ws") {
     return Error(426, "/ws is a WebSocket: send an upgrade request");

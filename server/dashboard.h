@@ -44,6 +44,7 @@ class Dashboard {
   void ScheduleTick();
   void Tick();
   HttpResponse CheckpointNow();
+  HttpResponse StopRun();
   // Why a POST is refused (foreign origin, no or wrong token), if it is.
   std::optional<HttpResponse> Refuse(const HttpRequest& request);
 

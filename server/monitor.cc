@@ -275,6 +275,12 @@ void Monitor::OnRoundComplete(int64_t round, uint64_t bytes) {
                      std::to_string(bytes) + " bytes)");
 }
 
+void Monitor::OnRunStopped(const std::string& event) {
+  std::lock_guard lock(mu_);
+  stopped_ = true;
+  AddEventLocked(Seconds(Now()), "warning", event);
+}
+
 void Monitor::SetDashboardClients(size_t clients, uint64_t dropped) {
   std::lock_guard lock(mu_);
   dashboard_clients_ = clients;
@@ -455,9 +461,11 @@ std::string Monitor::StatusLocked(TimePoint now) const {
         ever_connected_[w.rank]) {
       ++joined;
     }
+    // The furthest any worker got (one that finished or left counts), so
+    // the header never shows a maximum below the minimum.
+    max_clock = std::max(max_clock, w.clock);
     if (!w.connected) continue;
     ++live;
-    max_clock = std::max(max_clock, w.clock);
     rate += w.samples_per_s;
     if (w.loss >= 0 && std::isfinite(w.loss)) {
       loss_sum += w.loss;
@@ -469,6 +477,7 @@ std::string Monitor::StatusLocked(TimePoint now) const {
   if (settings_.num_workers > 0 && finished == settings_.num_workers) {
     state = "finished";
   }
+  if (stopped_) state = "stopped";
   int reporting = 0;
   uint64_t pushes = 0, pulls = 0, rejected = 0;
   std::vector<uint64_t> histogram;

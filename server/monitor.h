@@ -63,6 +63,9 @@ class Monitor {
   // Checkpoints: one shard's report on a round; a round every shard wrote.
   void OnShardRound(const ShardRound& written);
   void OnRoundComplete(int64_t round, uint64_t bytes);
+  // The run was stopped (POST /api/stop): its state says "stopped" from
+  // now on, and `event` is logged among the events.
+  void OnRunStopped(const std::string& event);
   // The dashboard's own figures, shown in /metrics and the status.
   void SetDashboardClients(size_t clients, uint64_t dropped);
 
@@ -144,6 +147,7 @@ class Monitor {
   std::vector<double> straggled_at_;  // when each last looked like one
   std::vector<int64_t> lags_;
   std::deque<Point> points_;
+  bool stopped_ = false;  // guarded by mu_
   std::deque<Event> events_;
   uint64_t next_seq_ = 1;
   uint64_t sent_point_seq_ = 0, sent_event_seq_ = 0;  // in the last update

@@ -442,5 +442,56 @@ TEST_F(Dashboard, ClientsOverTheCapAreAnswered503) {
   ASSERT_TRUE(held[0]->Read(3000).ok()) << "a held client lost its updates";
 }
 
+TEST_F(Dashboard, StopEndsTheRunAndEveryWorkerExitsCleanly) {
+  const std::string token_file = dir_.path() + "/dashboard.token";
+  ASSERT_NO_FATAL_FAILURE(StartCluster(
+      2, 2,
+      {"--dashboard-interval-ms", "100", "--http-token-file", token_file}));
+  ASSERT_NO_FATAL_FAILURE(StartTraining(2, 50));
+  ASSERT_TRUE(Eventually(
+      [&] { return Int(GetJson("/api/status"), "min_clock") >= 5; }, 20000))
+      << GetJson("/api/status");
+  EXPECT_EQ(Fetch("POST", "/api/stop").status, 401);
+  std::ifstream in(token_file);
+  std::string token;
+  ASSERT_TRUE(std::getline(in, token));
+  const std::vector<std::pair<std::string, std::string>> auth = {
+      {"Authorization", "Bearer " + token}};
+  HttpReply stopped = Fetch("POST", "/api/stop", "", auth);
+  ASSERT_EQ(stopped.status, 202) << stopped.body;
+  json::value answer = json::parse(stopped.body);
+  EXPECT_EQ(Int(answer, "workers"), 2) << stopped.body;
+  EXPECT_TRUE(answer.at("round").is_int64()) << stopped.body;  // --data-dir
+
+  // Each worker stops after its step, reports, evaluates and exits 0, long
+  // before its 50 epochs.
+  for (size_t r = 0; r < workers_.size(); ++r) {
+    auto code = workers_[r]->Wait(30000);
+    ASSERT_TRUE(code.ok()) << "worker " << r << " did not stop";
+    EXPECT_EQ(*code, 0) << Tail(workers_[r]->Log(), 10);
+    EXPECT_NE(workers_[r]->Log().find("stopping at clock"), std::string::npos)
+        << Tail(workers_[r]->Log(), 10);
+  }
+  json::value status = GetJson("/api/status");
+  EXPECT_EQ(status.at("state"), "stopped") << status;
+  EXPECT_NE(json::serialize(GetJson("/api/events"))
+                .find("run stopped from the dashboard"),
+            std::string::npos);
+  // The shards keep serving; a late worker is refused, saying why, and a
+  // second stop changes nothing.
+  for (int i = 0; i < cluster_->num_shards(); ++i) {
+    EXPECT_TRUE(cluster_->shard(i).Running()) << "shard " << i;
+  }
+  std::string output;
+  auto late =
+      RunToExit({TETHER_WORKER_BIN, "--coordinator", cluster_->coordinator(),
+                 "--model", "softmax", "--quiet"},
+                &output, 30000);
+  ASSERT_TRUE(late.ok());
+  EXPECT_NE(*late, 0);
+  EXPECT_NE(output.find("the run was stopped"), std::string::npos) << output;
+  EXPECT_EQ(Fetch("POST", "/api/stop", "", auth).status, 409);
+}
+
 }  // namespace
 }  // namespace tether::testing

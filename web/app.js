@@ -522,9 +522,13 @@ function storeToken(token) {
   } catch (e) { /* storage off: the token lasts until the next 401 */ }
 }
 
-async function checkpointNow() {
-  const button = $('checkpoint-now');
+// The action the token form retries once a token is given.
+let pendingAction = null;
+
+// POSTs to `path` with the token; `success(body)` words a 2xx answer.
+async function postAction(path, button, success) {
   const out = $('checkpoint-result');
+  pendingAction = () => postAction(path, button, success);
   button.disabled = true;
   out.className = '';
   out.textContent = 'asking…';
@@ -532,11 +536,11 @@ async function checkpointNow() {
     const headers = {};
     const token = storedToken();
     if (token) headers.Authorization = `Bearer ${token}`;
-    const res = await fetch('/api/checkpoint', { method: 'POST', headers });
+    const res = await fetch(path, { method: 'POST', headers });
     let body = null;
     try { body = await res.json(); } catch (e) { /* not JSON: use the status line */ }
-    if (res.ok && body && known(body.round)) {
-      out.textContent = `Round ${body.round} started.`;
+    if (res.ok && body) {
+      out.textContent = success(body);
       out.className = 'ok';
     } else {
       out.textContent = (body && body.error) || `HTTP ${res.status} ${res.statusText}`.trim();
@@ -582,17 +586,34 @@ function setXAxis(axis) {
   invalidate('charts');
 }
 
+function checkpointNow() {
+  return postAction('/api/checkpoint', $('checkpoint-now'),
+                    (body) => `Round ${body.round} started.`);
+}
+
+function stopRun() {
+  if (!window.confirm('Stop the run? Every worker stops after its current step; '
+                      + 'a checkpoint round is written first when checkpoints are on.')) {
+    return;
+  }
+  return postAction('/api/stop', $('stop-run'), (body) => {
+    const round = known(body.round) ? ` Round ${body.round} started.` : '';
+    return `Run stopped: ${body.workers} worker(s) told.${round}`;
+  });
+}
+
 function useToken(event) {
   event.preventDefault();
   const input = $('token-input');
   storeToken(input.value.trim());
   input.value = '';
   $('token-form').hidden = true;
-  checkpointNow();
+  if (pendingAction) pendingAction();
 }
 
 function start() {
   $('checkpoint-now').addEventListener('click', checkpointNow);
+  $('stop-run').addEventListener('click', stopRun);
   $('token-form').addEventListener('submit', useToken);
   $('copy-config').addEventListener('click', copyConfig);
   for (const b of document.querySelectorAll('#x-axis button')) {

@@ -213,6 +213,9 @@ struct Client::Impl {
   std::atomic<bool> stopping{false};
   std::atomic<bool> welcomed{false};  // Connect() has finished
   std::atomic<uint64_t> losses{0};    // shard connections lost
+  std::atomic<bool> stop_requested{false};
+  mutable std::mutex stop_mu;
+  std::string stop_reason;  // guarded by stop_mu
 
   std::mutex tensors_mu;
   std::unordered_map<std::string, TensorMeta> tensors;  // guarded
@@ -405,6 +408,16 @@ void Client::Impl::OnFrame(Link& link, const Frame& frame) {
   link.last_heard_ms = SteadyMs();
   uint64_t id = RequestIdOf(m);
   if (id == 0 && m.body_type() == wire::Body::Heartbeat) return;
+  if (const wire::Stop* stop = m.body_as_Stop()) {
+    {
+      std::lock_guard lock(stop_mu);
+      stop_reason = stop->reason() ? stop->reason()->str() : "stopped";
+    }
+    stop_requested = true;
+    TETHER_LOG(kWarning) << link.Describe() << ": the run was stopped ("
+                         << stop_reason << ")";
+    return;
+  }
   ReplyHandler handler;
   {
     std::lock_guard lock(link.mu);
@@ -1135,6 +1148,13 @@ Result<int64_t> Client::CheckpointNow() {
 }
 
 uint64_t Client::shard_losses() const { return impl_->losses.load(); }
+
+bool Client::stop_requested() const { return impl_->stop_requested.load(); }
+
+std::string Client::stop_reason() const {
+  std::lock_guard lock(impl_->stop_mu);
+  return impl_->stop_reason;
+}
 
 Status Client::AwaitShards(int timeout_ms) {
   Impl& c = *impl_;

@@ -193,6 +193,11 @@ class Client {
   // failed while this changed may be repeated once it is back).
   uint64_t shard_losses() const;
 
+  // Shard 0 said the run was stopped (POST /api/stop): a worker should stop
+  // after its current step. The reason is empty until then.
+  bool stop_requested() const;
+  std::string stop_reason() const;
+
   // Largest staleness any shard reported for this client's pushes.
   int64_t max_push_staleness() const { return max_push_staleness_; }
 

@@ -103,12 +103,26 @@ Status ToleratingStale(Status pushed, uint64_t* rejected) {
   return Status::Ok();
 }
 
+// The run was stopped (POST /api/stop): training ends after this step.
+Status Stopped(Client& client) {
+  return Status(Code::kCancelled, client.stop_reason());
+}
+
+// Training's outcome: a stopped run ends training like finished epochs.
+Status EndOfTraining(Client& client, Status trained) {
+  if (trained.code() != Code::kCancelled) return trained;
+  TETHER_LOG(kWarning) << "stopping at clock " << client.clock() << ": "
+                       << trained.message();
+  return Status::Ok();
+}
+
 // Runs `step`; when a shard was lost (kUnavailable), waits for the client to
 // reconnect and runs it again, so a restarted shard costs only the step in
 // flight.
 template <typename Step>
 Status SurvivingLostShards(Client& client, Step step) {
   while (true) {
+    if (client.stop_requested()) return Stopped(client);
     const uint64_t lost_before = client.shard_losses();
     Status s = step();
     // Only a lost shard is waited for; other refusals stand.
@@ -245,7 +259,8 @@ class DenseTrainer {
     }
     batch_x_.resize(size_t(o_.batch) * train_.features);
     batch_y_.resize(o_.batch);
-    TETHER_RETURN_IF_ERROR(o_.chunk_rows > 0 ? TrainChunks() : TrainShare());
+    TETHER_RETURN_IF_ERROR(EndOfTraining(
+        client_, o_.chunk_rows > 0 ? TrainChunks() : TrainShare()));
     // The last evaluation, on the weights as they are now.
     TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
     Result<EvalResult> eval = Evaluate();
@@ -278,6 +293,7 @@ class DenseTrainer {
     int order_epoch = -1;
     std::vector<uint32_t> order;
     while (true) {
+      if (client_.stop_requested()) return Stopped(client_);
       auto chunk = client_.NextChunk(train_.rows, o_.chunk_rows, o_.epochs);
       if (!chunk.ok()) return chunk.status();
       if (chunk->count == 0) {
@@ -369,17 +385,21 @@ class SparseTrainer {
     std::vector<SparseExample> batch;
     const int64_t start_clock = client_.clock();  // see DenseTrainer
     int64_t clock = 0;
-    for (int epoch = 0; epoch < o_.epochs; ++epoch) {
-      if (epoch > 0) TETHER_RETURN_IF_ERROR((*reader)->Rewind());
-      while (true) {
-        auto n = (*reader)->Next(o_.batch, &batch);
-        if (!n.ok()) return n.status();
-        if (*n == 0) break;
-        if (clock++ < start_clock) continue;
-        TETHER_RETURN_IF_ERROR(
-            SurvivingLostShards(client_, [&] { return Step(batch, epoch); }));
+    Status trained = [&]() -> Status {
+      for (int epoch = 0; epoch < o_.epochs; ++epoch) {
+        if (epoch > 0) TETHER_RETURN_IF_ERROR((*reader)->Rewind());
+        while (true) {
+          auto n = (*reader)->Next(o_.batch, &batch);
+          if (!n.ok()) return n.status();
+          if (*n == 0) break;
+          if (clock++ < start_clock) continue;
+          TETHER_RETURN_IF_ERROR(
+              SurvivingLostShards(client_, [&] { return Step(batch, epoch); }));
+        }
       }
-    }
+      return Status::Ok();
+    }();
+    TETHER_RETURN_IF_ERROR(EndOfTraining(client_, trained));
     Result<EvalResult> eval = Evaluate();
     if (!eval.ok()) return eval.status();
     return reporter_.Report(o_.epochs - 1, &*eval, /*final=*/true);

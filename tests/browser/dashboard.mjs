@@ -65,6 +65,7 @@ export async function checkDashboard(page, cluster, artifactDir, note) {
 
   await checkWorkerDeath(page, cluster, note);
   await checkCheckpointButton(page, cluster, note);
+  await checkStopButton(page, note);
 
   const shot = path.join(artifactDir, 'dashboard.png');
   await page.screenshot({ path: shot, fullPage: true });
@@ -77,6 +78,26 @@ export async function checkDashboard(page, cluster, artifactDir, note) {
       return c.textContent.startsWith('disconnected') && c.classList.contains('down');
     }, connText);
   note(`shard 0 killed: #conn says ${await page.evaluate(connText)}`);
+}
+
+// "Stop run" asks for confirmation (accepted here), then (the token is
+// known by now) the run state turns "stopped" and the live workers finish.
+async function checkStopButton(page, note) {
+  let asked = '';
+  page.once('dialog', (d) => { asked = d.message(); d.accept(); });
+  const answer = await answerTo(page, () => page.click('#stop-run'));
+  if (!/^Run stopped: 2 worker\(s\) told/.test(answer)) {
+    throw new Error(`"stop run" answered ${JSON.stringify(answer)}`);
+  }
+  if (!/Stop the run\?/.test(asked)) throw new Error(`no confirmation asked (${JSON.stringify(asked)})`);
+  await waitInPage(page, '#run-state did not turn "stopped"', 10000,
+    () => document.getElementById('run-state').textContent === 'stopped',
+    () => document.getElementById('run-state').textContent);
+  await waitInPage(page, 'the stopped workers did not turn finished', 30000,
+    () => [...document.querySelectorAll('#workers tbody tr[data-rank] td.state')]
+      .filter((td) => td.textContent === 'finished').length === 2,
+    workerStates);
+  note(`stop run: ${JSON.stringify(answer)}; ${await page.evaluate(workerStates)}`);
 }
 
 // #config holds the config as JSON; its seed must be /api/config's.

@@ -5,12 +5,16 @@
 #include <cstdint>
 #include <string_view>
 
+#include "schema/log.h"
 #include "server/http.h"
 #include "tests/fuzz/shard0.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tether;
-  static fuzz::Shard0* s0 = new fuzz::Shard0();  // Handle changes nothing
+  static fuzz::Shard0* s0 = [] {
+    InitLogging("fuzz", LogLevel::kError);
+    return new fuzz::Shard0();  // Handle changes nothing it reads
+  }();
   ParsedRequest parsed = ParseHttpRequest(
       std::string_view(reinterpret_cast<const char*>(data), size),
       s0->options.dashboard.http);

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "schema/auth.h"
+#include "schema/log.h"
 #include "server/session.h"
 #include "tests/fuzz/shard0.h"
 
@@ -54,6 +55,12 @@ OutFrame OpeningHello(int kind, int worker_rank) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // Refusals are expected by the thousand; keep the log for real trouble.
+  static const bool quiet = [] {
+    InitLogging("fuzz", LogLevel::kError);
+    return true;
+  }();
+  (void)quiet;
   if (size < 1) return 0;
   const uint8_t mode = data[0];
   ++data;
