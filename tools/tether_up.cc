@@ -43,6 +43,7 @@ struct UpOptions {
   int64_t checkpoint_every = 0;
   std::string resume;                   // latest or a round
   int threads = 1;                      // compute threads per worker
+  int gpu_workers = 0;                  // the first N ranks use --device cuda
   std::string http = "127.0.0.1:8080";  // shard 0's dashboard; off: none
   // Seconds to keep the shards and the dashboard up after training; -1:
   // until Ctrl-C.
@@ -188,6 +189,10 @@ Status Launcher::StartWorkers() {
     if (slow) {
       argv.push_back("--slowdown");
       argv.push_back(std::to_string(o_.slowdown));
+    }
+    if (r < o_.gpu_workers) {
+      argv.push_back("--device");
+      argv.push_back("cuda");
     }
     auto p = Process::Start(
         WithKey(argv), o_.log_dir + "/worker" + std::to_string(r) + ".log");
@@ -395,6 +400,9 @@ int Main(int argc, char** argv) {
   p.AddDouble("target-accuracy", &o.target_accuracy,
               "test accuracy the run must reach to exit 0");
   p.AddInt("threads", &o.threads, "compute threads per worker");
+  p.AddInt("gpu-workers", &o.gpu_workers,
+           "how many workers (the first ranks) compute on the GPU "
+           "(--device cuda)");
   p.AddString("log-dir", &o.log_dir, "where logs go (default: a new /tmp dir)");
   p.AddString("data-dir", &o.data_dir,
               "shards keep checkpoints in DIR/shard0, DIR/shard1, ... "
@@ -417,9 +425,10 @@ int Main(int argc, char** argv) {
               "missing; default: LOG_DIR/dashboard.token)");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   if (o.shards < 1 || o.workers < 1 || o.slow < 0 || o.slow > o.workers ||
-      o.slowdown < 1) {
+      o.slowdown < 1 || o.gpu_workers < 0 || o.gpu_workers > o.workers) {
     std::cerr << "tether-up: need --shards >= 1, --workers >= 1, 0 <= --slow "
-                 "<= --workers, --slowdown >= 1\n";
+                 "<= --workers, --slowdown >= 1, 0 <= --gpu-workers <= "
+                 "--workers\n";
     return 2;
   }
   if (o.log_dir.empty()) {

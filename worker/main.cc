@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   p.AddInt("batch", &o.batch, "batch size");
   p.AddInt("epochs", &o.epochs, "passes over this worker's share");
   p.AddInt("threads", &o.threads, "compute threads");
+  p.AddString("device", &o.device,
+              "where dense models compute: cpu, cuda (GPU 0) or cuda:N");
   p.AddDouble("slowdown", &o.slowdown,
               "run F times slower (sleeping in proportion to compute)");
   p.AddInt("eval-every", &o.eval_every,

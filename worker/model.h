@@ -1,9 +1,11 @@
-// Models a tether-worker trains, computing forward and backward passes on
-// the CPU with oneDNN primitives. A model owns its parameter and gradient
-// buffers; the training loop pulls into weights(), calls Step(), and pushes
-// grads(). The parameter names and shapes are what the shards store.
+// Models a tether-worker trains. A model owns its parameter and gradient
+// buffers in host memory; the training loop pulls into weights(), calls
+// Step(), and pushes grads(). The parameter names and shapes are what the
+// shards store. Dense models compute on a backend (worker/fc_backend.h):
+// oneDNN on the CPU with `threads` OpenMP threads, or CUDA on a GPU; the
+// model and the loop are the same for both.
 //
-// Not thread-safe; oneDNN itself uses `threads` OpenMP threads.
+// Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include "schema/status.h"
 #include "worker/client.h"
 #include "worker/dataset.h"
+#include "worker/fc_backend.h"
 
 namespace tether {
 
@@ -23,12 +26,6 @@ struct ParamSpec {
   std::vector<uint64_t> shape;  // row-major
   Init init;                    // how the shards initialise it
   size_t size() const;          // product of shape
-};
-
-struct EvalResult {
-  double loss_sum = 0;  // summed cross-entropy over the rows
-  int64_t correct = 0;  // rows whose argmax matches the label
-  int64_t rows = 0;
 };
 
 // A dense classifier over `features` inputs and `classes` outputs trained
@@ -46,12 +43,15 @@ class DenseModel {
   // with labels y in [0, classes): returns the mean cross-entropy loss and
   // fills grads() with its gradient with respect to weights().
   // kInvalidArgument for batch < 1, batch > max_batch or a label out of
-  // range; kInternal naming the primitive when oneDNN fails.
+  // range; kInternal naming the operation when the backend fails.
   virtual Result<float> Step(const float* x, const int32_t* y, int batch) = 0;
 
   // Forward only over `rows` rows (any number; done in max_batch pieces).
   virtual Result<EvalResult> Evaluate(const float* x, const int32_t* y,
                                       size_t rows) = 0;
+
+  // Where it computes: "cpu", "cuda:0 (NVIDIA H200)".
+  virtual std::string device() const = 0;
 
  protected:
   std::vector<ParamSpec> specs_;
@@ -61,10 +61,11 @@ class DenseModel {
 
 // Softmax regression: logits = x W^T + b. Params "softmax.weight"
 // [classes, features], "softmax.bias" [classes].
-Result<std::unique_ptr<DenseModel>> MakeSoftmaxRegression(int features,
-                                                          int classes,
-                                                          int max_batch,
-                                                          int threads);
+// Both factories: kUnavailable when `device` cannot be used (see
+// MakeCudaBackend).
+Result<std::unique_ptr<DenseModel>> MakeSoftmaxRegression(
+    int features, int classes, int max_batch, int threads,
+    const Device& device = {});
 
 // MLP: features -> hidden[0] -> ... -> classes, ReLU between layers. Params
 // "fc1.weight" [hidden[0], features], "fc1.bias", "fc2.weight", ... with
@@ -73,7 +74,8 @@ Result<std::unique_ptr<DenseModel>> MakeSoftmaxRegression(int features,
 Result<std::unique_ptr<DenseModel>> MakeMlp(int features,
                                             const std::vector<int>& hidden,
                                             int classes, int max_batch,
-                                            int threads);
+                                            int threads,
+                                            const Device& device = {});
 
 // Sparse logistic regression: p = sigmoid(sum_k w[key_k] * value_k + b).
 // Weights are rows of width 1 in a sparse table ("sparse_lr.weight"); the

@@ -140,7 +140,8 @@ Status SurvivingLostShards(Client& client, Step step) {
 // the progress line.
 class Reporter {
  public:
-  Reporter(const TrainerOptions& o, Client& client) : o_(o), client_(client) {}
+  Reporter(const TrainerOptions& o, Client& client, std::string device)
+      : o_(o), client_(client), device_(std::move(device)) {}
 
   // Time spent pulling, which is where a worker waits for slower ones.
   void AddWait(double seconds) { wait_s_ += seconds; }
@@ -179,6 +180,7 @@ class Reporter {
                              : last_loss_;
     p.samples_per_s = samples_per_s_;
     p.host = HostName();
+    p.device = device_;
     loss_sum_ = 0;
     loss_count_ = 0;
     if (eval != nullptr && eval->rows > 0) {
@@ -230,6 +232,7 @@ class Reporter {
   Clock::time_point start_ = Clock::now();
   Clock::time_point last_report_ = Clock::now();
   uint64_t samples_at_last_report_ = 0;
+  const std::string device_;  // where the model computes
 };
 
 // Sleeps so that a step that computed for `compute_s` takes `slowdown`
@@ -250,7 +253,7 @@ class DenseTrainer {
         model_(model),
         train_(train),
         test_(test),
-        reporter_(o, client) {}
+        reporter_(o, client, model.device()) {}
 
   Status Run() {
     for (const ParamSpec& spec : model_.specs()) {
@@ -373,7 +376,7 @@ class DenseTrainer {
 class SparseTrainer {
  public:
   SparseTrainer(const TrainerOptions& o, Client& client)
-      : o_(o), client_(client), reporter_(o, client) {}
+      : o_(o), client_(client), reporter_(o, client, "cpu") {}
 
   Status Run() {
     using Lr = SparseLogisticRegression;
@@ -512,7 +515,13 @@ Status RunTrainer(const TrainerOptions& o) {
   if (o.chunk_rows < 0) {
     return InvalidArgument("--chunk-rows: must be >= 0");
   }
+  auto device = ParseDevice(o.device, "--device");
+  if (!device.ok()) return device.status();
   if (o.model == "sparse-lr") {
+    if (device->kind != Device::Kind::kCpu) {
+      return InvalidArgument("--device " + o.device +
+                             ": sparse-lr computes on the CPU only");
+    }
     if (o.evaluate_only) {
       return InvalidArgument("--evaluate-only: dense models only");
     }
@@ -558,9 +567,11 @@ Status RunTrainer(const TrainerOptions& o) {
   if (test) classes = std::max(classes, test->classes);
   auto model =
       o.model == "mlp"
-          ? MakeMlp(features, *hidden, classes, o.batch, o.threads)
-          : MakeSoftmaxRegression(features, classes, o.batch, o.threads);
+          ? MakeMlp(features, *hidden, classes, o.batch, o.threads, *device)
+          : MakeSoftmaxRegression(features, classes, o.batch, o.threads,
+                                  *device);
   if (!model.ok()) return model.status();
+  TETHER_LOG(kInfo) << o.model << " computes on " << (*model)->device();
   if (o.evaluate_only) return EvaluateOnly(o, **model, *test);
 
   ClientOptions co;

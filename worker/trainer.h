@@ -23,12 +23,13 @@ struct TrainerOptions {
   // --test-data: like --data; default: Fashion-MNIST's test split for
   // fashion-mnist, none otherwise.
   std::string test_data;
-  int batch = 64;         // --batch
-  int epochs = 1;         // --epochs
-  int threads = 1;        // --threads: compute threads
-  double slowdown = 1.0;  // --slowdown: F >= 1 runs F times slower
-  int eval_every = 200;   // --eval-every: clocks; 0 never
-  int report_every = 10;  // --report-every: clocks
+  int batch = 64;              // --batch
+  int epochs = 1;              // --epochs
+  int threads = 1;             // --threads: compute threads
+  std::string device = "cpu";  // --device: cpu, cuda or cuda:N
+  double slowdown = 1.0;       // --slowdown: F >= 1 runs F times slower
+  int eval_every = 200;        // --eval-every: clocks; 0 never
+  int report_every = 10;       // --report-every: clocks
   // --chunk-rows: ask shard 0 for chunks of this many rows instead of
   // training on a fixed share, so a faster worker trains on more; 0: share.
   int chunk_rows = 0;
