@@ -91,6 +91,34 @@ TEST(Training, BspRunsWithSameSeedAreBitIdentical) {
   EXPECT_GT(norm, 0.0);
 }
 
+// Without a usable GPU (no CUDA module in this build, no device, no driver)
+// a GPU worker stops at start saying why, before it joins any cluster (with
+// one, it makes its model on the GPU and then finds no cluster); a device
+// that is not one is refused naming the flag.
+TEST(Training, CudaWorkerWithoutAGpuStopsAtStartSayingWhy) {
+  std::string out;
+  auto code = RunToExit({TETHER_WORKER_BIN, "--device", "cuda:0", "--model",
+                         "mlp", "--coordinator", "127.0.0.1:1"},
+                        &out, 60000);
+  ASSERT_TRUE(code.ok());
+  EXPECT_NE(*code, 0) << out;  // no cluster listens on port 1 either way
+  if (out.find("computes on cuda:0") != std::string::npos) {
+    // A machine with a GPU: the model was made; only the cluster is absent.
+    EXPECT_NE(out.find("127.0.0.1:1"), std::string::npos) << out;
+  } else {
+    EXPECT_NE(out.find("tether-worker: --device cuda:0: "), std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("127.0.0.1:1"), std::string::npos)
+        << "it tried the cluster first: " << out;
+  }
+  code = RunToExit({TETHER_WORKER_BIN, "--device", "tpu"}, &out, 60000);
+  ASSERT_TRUE(code.ok());
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(out.find("--device: expected cpu, cuda or cuda:N, got 'tpu'"),
+            std::string::npos)
+      << out;
+}
+
 TEST(Training, SparseLogisticRegressionApproachesTrueWeights) {
   TempDir dir;
   const std::string data = dir.path() + "/train.svm";

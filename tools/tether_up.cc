@@ -323,7 +323,7 @@ int Launcher::Run() {
     std::printf("coordinator: %s\n", coordinator_.c_str());
     if (!dashboard_.empty()) {
       std::printf("dashboard:   %s\n", dashboard_.c_str());
-      std::printf("token:       in %s (for 'checkpoint now')\n",
+      std::printf("token:       in %s (for the dashboard's buttons)\n",
                   o_.http_token_file.c_str());
     } else {
       std::printf("dashboard:   off (--http off)\n");
