@@ -571,7 +571,12 @@ Status RunTrainer(const TrainerOptions& o) {
           : MakeSoftmaxRegression(features, classes, o.batch, o.threads,
                                   *device);
   if (!model.ok()) return model.status();
-  TETHER_LOG(kInfo) << o.model << " computes on " << (*model)->device();
+  // Said even with --quiet for a GPU, so a mixed cluster's logs show it.
+  if (!o.quiet || device->kind != Device::Kind::kCpu) {
+    std::printf("worker: %s computes on %s\n", o.model.c_str(),
+                (*model)->device().c_str());
+    std::fflush(stdout);
+  }
   if (o.evaluate_only) return EvaluateOnly(o, **model, *test);
 
   ClientOptions co;
