@@ -39,6 +39,11 @@ HelloFields Worker(int rank) {
   return h;
 }
 
+// The bytes of a [ubyte] field (a nonce, a proof).
+std::string Text(const flatbuffers::Vector<uint8_t>* v) {
+  return std::string(reinterpret_cast<const char*>(v->data()), v->size());
+}
+
 const wire::Hello& HelloOf(const Frame& f) {
   return *f.message()->body_as_Hello();
 }
@@ -60,6 +65,15 @@ void Handshake(PeerAuth& peer, ShardAuth& shard, int rank, Transcript* t) {
   auto second = peer.Answer(*c, "shard 0");
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   t->second = Receive(*second);
+}
+
+// `result` failed with kAuthFailed and a message containing `says`.
+template <typename T>
+void ExpectAuthFailed(const Result<T>& result, const std::string& says) {
+  ASSERT_FALSE(result.ok()) << "expected a refusal saying '" << says << "'";
+  EXPECT_EQ(result.status().code(), Code::kAuthFailed);
+  EXPECT_NE(result.status().message().find(says), std::string::npos)
+      << result.status().message();
 }
 
 TEST(Handshake, KeyedPeerAndShardAgree) {
@@ -102,27 +116,17 @@ TEST(Handshake, WrongKeyIsRefusedByBothSides) {
   ASSERT_TRUE(challenge.ok() && challenge->has_value());
   Frame c = Receive(**challenge);
   auto answer = peer.Answer(*c.message()->body_as_Challenge(), "shard 1");
-  ASSERT_FALSE(answer.ok());
-  EXPECT_EQ(answer.status().code(), Code::kAuthFailed);
-  EXPECT_NE(answer.status().message().find("shard 1 could not prove"),
-            std::string::npos)
-      << answer.status().message();
+  ExpectAuthFailed(answer, "shard 1 could not prove");
   // ...and the shard refuses a proof made with another key, even from a
   // peer that did not check the shard's proof.
   const wire::Hello& h = HelloOf(first);
   HelloFields forged = Worker(1);
-  forged.nonce.assign(reinterpret_cast<const char*>(h.auth_nonce()->data()),
-                      h.auth_nonce()->size());
+  forged.nonce = Text(h.auth_nonce());
   const auto* sn = c.message()->body_as_Challenge()->nonce();
-  forged.proof = HelloProof(
-      AuthKey("the-peers-key-0123456789"),
-      std::string_view(reinterpret_cast<const char*>(sn->data()), sn->size()),
-      forged.nonce, wire::Role::Worker, 1, -1);
+  forged.proof = HelloProof(AuthKey("the-peers-key-0123456789"), Text(sn),
+                            forged.nonce, wire::Role::Worker, 1, -1);
   auto refused = shard.OnHello(HelloOf(Receive(MakeHelloFrame(forged))));
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), Code::kAuthFailed);
-  EXPECT_NE(refused.status().message().find("does not match"),
-            std::string::npos);
+  ExpectAuthFailed(refused, "does not match");
 }
 
 TEST(Handshake, ReplayedHelloIsRefused) {
@@ -136,9 +140,7 @@ TEST(Handshake, ReplayedHelloIsRefused) {
   // The recorded second Hello, sent first on a new connection.
   ShardAuth second_connection(key);
   auto refused = second_connection.OnHello(HelloOf(recorded.second));
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), Code::kAuthFailed);
-  EXPECT_NE(refused.status().message().find("replayed"), std::string::npos);
+  ExpectAuthFailed(refused, "replayed");
 
   // The whole recording replayed: the new connection's challenge differs,
   // so the recorded proof answers nothing.
@@ -153,9 +155,7 @@ TEST(Handshake, ReplayedHelloIsRefused) {
   EXPECT_NE(
       std::memcmp(old_nonce->data(), new_nonce->data(), new_nonce->size()), 0);
   refused = third_connection.OnHello(HelloOf(recorded.second));
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("replayed Hello"),
-            std::string::npos);
+  ExpectAuthFailed(refused, "replayed Hello");
 }
 
 TEST(Handshake, AlteredRankInTheProvenHelloIsRefused) {
@@ -166,13 +166,10 @@ TEST(Handshake, AlteredRankInTheProvenHelloIsRefused) {
   ASSERT_NO_FATAL_FAILURE(Handshake(peer, shard, 1, &t));
   const wire::Hello& h = HelloOf(t.second);
   HelloFields altered = Worker(0);  // claims rank 0 with rank 1's proof
-  altered.nonce.assign(reinterpret_cast<const char*>(h.auth_nonce()->data()),
-                       h.auth_nonce()->size());
-  altered.proof.assign(reinterpret_cast<const char*>(h.auth_proof()->data()),
-                       h.auth_proof()->size());
+  altered.nonce = Text(h.auth_nonce());
+  altered.proof = Text(h.auth_proof());
   auto refused = shard.OnHello(HelloOf(Receive(MakeHelloFrame(altered))));
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), Code::kAuthFailed);
+  ExpectAuthFailed(refused, "does not match");
 }
 
 TEST(Handshake, KeyedAndUnkeyedSidesRefuseEachOther) {
@@ -182,9 +179,7 @@ TEST(Handshake, KeyedAndUnkeyedSidesRefuseEachOther) {
   ShardAuth open_shard(nullptr);
   auto refused =
       open_shard.OnHello(HelloOf(Receive(keyed_peer.First(Worker(0)))));
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("without --auth-key-file"),
-            std::string::npos);
+  ExpectAuthFailed(refused, "without --auth-key-file");
   // The keyed peer also refuses a Welcome that came without a Challenge.
   Status welcome = keyed_peer.CheckWelcome("shard 0 at 10.0.0.1:7070");
   EXPECT_EQ(welcome.code(), Code::kAuthFailed);
@@ -194,9 +189,7 @@ TEST(Handshake, KeyedAndUnkeyedSidesRefuseEachOther) {
   PeerAuth open_peer(nullptr);
   ShardAuth keyed_shard(key);
   refused = keyed_shard.OnHello(HelloOf(Receive(open_peer.First(Worker(0)))));
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("requires authentication"),
-            std::string::npos);
+  ExpectAuthFailed(refused, "requires authentication");
   // ...and, were it challenged, says what it lacks.
   PeerAuth other(key);
   ShardAuth shard(key);
@@ -204,9 +197,7 @@ TEST(Handshake, KeyedAndUnkeyedSidesRefuseEachOther) {
   ASSERT_TRUE(challenge.ok() && challenge->has_value());
   Frame c = Receive(**challenge);
   auto answer = open_peer.Answer(*c.message()->body_as_Challenge(), "shard 0");
-  ASSERT_FALSE(answer.ok());
-  EXPECT_NE(answer.status().message().find("--auth-key-file"),
-            std::string::npos);
+  ExpectAuthFailed(answer, "--auth-key-file");
 }
 
 TEST(Handshake, ProofsCompareInFullOnly) {
