@@ -201,13 +201,14 @@ void Connection::OnDeadline() {
   using Clock = asio::steady_timer::clock_type;
   const auto now = Clock::now();
   auto next = Clock::time_point::max();
-  const int first = options_.first_frame_timeout_ms;
-  if (!handshake_done_ && first > 0) {
-    const auto due = started_ + std::chrono::milliseconds(first);
+  const int handshake = options_.handshake_timeout_ms;
+  if (!handshake_done_ && handshake > 0) {
+    const auto due = started_ + std::chrono::milliseconds(handshake);
     if (due <= now) {
-      return Shutdown(Status(
-          Code::kTimeout, "handshake not done within " + std::to_string(first) +
-                              " ms (--handshake-timeout-ms)"));
+      return Shutdown(
+          Status(Code::kTimeout, "handshake not done within " +
+                                     std::to_string(handshake) +
+                                     " ms (--handshake-timeout-ms)"));
     }
     next = due;
   }

@@ -40,7 +40,7 @@ struct ConnectionOptions {
   // The connection closes when HandshakeDone() has not been called this
   // long after Start (a peer that never finishes its Hello), or when no
   // frame has arrived for idle_timeout_ms. 0: no limit.
-  int first_frame_timeout_ms = 0;
+  int handshake_timeout_ms = 0;
   int idle_timeout_ms = 0;
 };
 
@@ -66,7 +66,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Closes now, dropping queued writes. Idempotent.
   void Close();
 
-  // The peer finished its handshake: first_frame_timeout_ms no longer
+  // The peer finished its handshake: handshake_timeout_ms no longer
   // applies. Call on the strand (from the frame handler).
   void HandshakeDone() { handshake_done_ = true; }
 

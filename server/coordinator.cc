@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "schema/log.h"
+#include "server/shard.h"
 
 namespace tether {
 
@@ -338,6 +339,17 @@ Result<int> Coordinator::StopRun(const std::string& reason) {
   TETHER_LOG(kWarning) << "run stopped (" << reason << "): told "
                        << workers.size() << " worker(s)";
   return static_cast<int>(workers.size());
+}
+
+std::unique_ptr<Coordinator> MakeCoordinator(Shard& shard,
+                                             const std::string& address) {
+  Shard* s = &shard;
+  auto coordinator = std::make_unique<Coordinator>(
+      shard.settings(), address, [s](int rank) { return s->JoinClock(rank); });
+  coordinator->SetTakeRound([s] { return s->CheckpointNow(-1); });
+  Coordinator* c = coordinator.get();
+  shard.SetStatsExtra([c](ShardStats& stats) { c->AddDataStats(stats); });
+  return coordinator;
 }
 
 }  // namespace tether

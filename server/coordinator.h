@@ -25,6 +25,8 @@
 
 namespace tether {
 
+class Shard;
+
 // One shard's report on one checkpoint round.
 struct ShardRound {
   int shard_id = 0;
@@ -135,5 +137,11 @@ class Coordinator {
   uint32_t chunk_rows_ = 0;
   int chunk_epochs_ = 0;
 };
+
+// Shard 0's coordinator, wired to shard 0 (`shard`, which must outlive it):
+// joining workers' clocks, checkpoint rounds taken on demand, and the data
+// figures in the shard's stats. `address` is where shard 0 is reached.
+std::unique_ptr<Coordinator> MakeCoordinator(Shard& shard,
+                                             const std::string& address);
 
 }  // namespace tether

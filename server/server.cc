@@ -18,7 +18,7 @@ Server::Server(ServerOptions options)
       signals_(io_, SIGINT, SIGTERM) {
   connection_options_.max_frame_bytes = options_.max_frame_bytes;
   session_options_ = connection_options_;
-  session_options_.first_frame_timeout_ms = options_.handshake_timeout_ms;
+  session_options_.handshake_timeout_ms = options_.handshake_timeout_ms;
   session_options_.idle_timeout_ms = options_.idle_timeout_ms;
 }
 
@@ -85,16 +85,9 @@ Status Server::Start() {
     }
     shard_ = std::make_unique<Shard>(0, settings, options_.max_frame_bytes);
     shard_->SetLimits(options_.max_keys, options_.max_waiting);
-    Shard* shard = shard_.get();
-    coordinator_ = std::make_unique<Coordinator>(
-        settings, address_,
-        [shard](int rank) { return shard->JoinClock(rank); });
+    coordinator_ = MakeCoordinator(*shard_, address_);
     coordinator_->OnRoundComplete(
         [this](int64_t round, uint64_t bytes) { RecordRound(round, bytes); });
-    coordinator_->SetTakeRound([this] { return shard_->CheckpointNow(-1); });
-    Coordinator* coordinator = coordinator_.get();
-    shard_->SetStatsExtra(
-        [coordinator](ShardStats& s) { coordinator->AddDataStats(s); });
   } else {
     TETHER_RETURN_IF_ERROR(RegisterWithCoordinator());
   }

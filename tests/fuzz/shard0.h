@@ -23,14 +23,9 @@ struct Shard0 {
     settings = SettingsFromOptions(options);
     shard = std::make_unique<Shard>(0, settings, size_t{1} << 20);
     shard->SetLimits(options.max_keys, options.max_waiting);
-    Shard* s = shard.get();
-    coordinator = std::make_unique<Coordinator>(
-        settings, "127.0.0.1:7070",
-        [s](int rank) { return s->JoinClock(rank); });
-    coordinator->SetTakeRound([s] { return s->CheckpointNow(-1); });
-    Coordinator* c = coordinator.get();
-    shard->SetStatsExtra([c](ShardStats& stats) { c->AddDataStats(stats); });
-    dashboard = std::make_unique<Dashboard>(io, options.dashboard, s, c);
+    coordinator = MakeCoordinator(*shard, "127.0.0.1:7070");
+    dashboard = std::make_unique<Dashboard>(io, options.dashboard, shard.get(),
+                                            coordinator.get());
   }
   ~Shard0() {
     dashboard.reset();
