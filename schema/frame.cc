@@ -21,7 +21,9 @@ namespace {
 // hostile peer sends one.
 template <typename T>
 bool Aligned(const flatbuffers::Vector<T>* v) {
-  return v == nullptr ||
+  // An empty vector has no element to misread (builders may leave it
+  // unaligned).
+  return v == nullptr || v->size() == 0 ||
          reinterpret_cast<uintptr_t>(v->data()) % alignof(T) == 0;
 }
 
@@ -30,6 +32,7 @@ Status CheckWideVectors(const wire::Message& m) {
   if (const auto* d = m.body_as_DefineTensor()) aligned = Aligned(d->shape());
   if (const auto* p = m.body_as_Pull()) aligned = Aligned(p->keys());
   if (const auto* p = m.body_as_Push()) aligned = Aligned(p->keys());
+  if (const auto* r = m.body_as_ResumeResult()) aligned = Aligned(r->intact());
   if (const auto* s = m.body_as_Stats()) {
     aligned = Aligned(s->staleness_histogram());
   }
@@ -161,6 +164,8 @@ wire::ErrorCode ToWireCode(Code code) {
       return wire::ErrorCode::Unavailable;
     case Code::kAuthFailed:
       return wire::ErrorCode::AuthFailed;
+    case Code::kNonFinite:
+      return wire::ErrorCode::NonFinite;
     default:
       return wire::ErrorCode::Internal;
   }
@@ -195,6 +200,8 @@ Code FromWireCode(wire::ErrorCode code) {
       return Code::kStalePush;
     case wire::ErrorCode::Unavailable:
       return Code::kUnavailable;
+    case wire::ErrorCode::NonFinite:
+      return Code::kNonFinite;
     default:
       return Code::kInternal;
   }

@@ -20,6 +20,7 @@ ShardStats::Worker ReadWorker(const wire::WorkerStat& w) {
   if (w.host()) worker.host = w.host()->str();
   worker.wait_fraction = w.wait_fraction();
   worker.done = w.done();
+  worker.nonfinite_pushes = w.nonfinite_pushes();
   return worker;
 }
 
@@ -48,6 +49,7 @@ OutFrame MakeStatsFrame(uint64_t request_id, const ShardStats& stats) {
     w.add_host(host);
     w.add_wait_fraction(worker.wait_fraction);
     w.add_done(worker.done);
+    w.add_nonfinite_pushes(worker.nonfinite_pushes);
     workers.push_back(w.Finish());
   }
   auto workers_offset = fbb.CreateVector(workers);

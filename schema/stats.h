@@ -28,6 +28,9 @@ struct ShardStats {
     std::string host;
     float wait_fraction = 0;  // of its time spent pulling (waiting)
     bool done = false;        // finished its epochs
+    // Its pushes this shard refused as non-finite: holding NaN or Inf, or
+    // an update that would have made a weight or slot non-finite.
+    uint64_t nonfinite_pushes = 0;
   };
   int shard_id = 0;
   uint32_t tensors = 0;

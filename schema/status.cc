@@ -34,6 +34,8 @@ const char* CodeName(Code code) {
       return "authentication failed";
     case Code::kCancelled:
       return "cancelled";
+    case Code::kNonFinite:
+      return "non-finite";
   }
   return "unknown";
 }

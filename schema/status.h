@@ -30,6 +30,7 @@ enum class Code {
   kInternal,
   kAuthFailed,  // no key, a wrong key or a replayed handshake
   kCancelled,   // the run was stopped
+  kNonFinite,   // NaN or Inf where numbers must be finite
 };
 
 // A short lowercase name for `code`, e.g. "invalid argument".

@@ -40,10 +40,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <type_traits>
 #include <utility>
 
@@ -200,6 +202,12 @@ class Fields {
     return v->get_array();
   }
 
+  // A field added after the format's first version: "" when absent.
+  std::string OptionalString(const char* key) {
+    if (object_ == nullptr || !object_->contains(key)) return {};
+    return String(key);
+  }
+
   const json::value& Value(const char* key) {
     static const json::value kNull;
     const json::value* v = Find(key);
@@ -245,8 +253,10 @@ InitSpec InitFromJson(const json::value& v, Fields* parent) {
 json::value SettingsToJson(const RunSettings& s) {
   const OptimizerOptions& o = s.optimizer;
   return json::object{
+      {"run_id", s.run_id},
       {"seed", s.seed},
       {"num_shards", s.num_shards},
+      {"keep_checkpoints", s.keep_checkpoints},
       {"num_workers", s.num_workers},
       {"max_staleness", s.max_staleness},
       {"reject_staleness", s.reject_staleness},
@@ -264,8 +274,13 @@ json::value SettingsToJson(const RunSettings& s) {
 RunSettings SettingsFromJson(const json::value& v, Fields* parent) {
   Fields f(v, "settings");
   RunSettings s;
+  s.run_id = f.OptionalString("run_id");
   s.seed = f.Number<uint64_t>("seed");
   s.num_shards = f.Number<int>("num_shards");
+  if (const json::object* o = v.if_object();
+      o != nullptr && o->contains("keep_checkpoints")) {
+    s.keep_checkpoints = f.Number<int>("keep_checkpoints");
+  }
   s.num_workers = f.Number<int>("num_workers");
   s.max_staleness = f.Number<int>("max_staleness");
   s.reject_staleness = f.Number<int>("reject_staleness");
@@ -648,31 +663,154 @@ CheckpointStore::CheckpointStore(std::string dir, std::unique_ptr<Impl> impl)
 
 CheckpointStore::~CheckpointStore() = default;
 
+namespace {
+
+// The number in RocksDB's "MANIFEST-000123"; -1 for other names.
+int64_t ManifestNumber(const std::string& name) {
+  constexpr std::string_view kPrefix = "MANIFEST-";
+  if (name.rfind(kPrefix, 0) != 0 || name.size() == kPrefix.size()) return -1;
+  int64_t n = 0;
+  for (char c : name.substr(kPrefix.size())) {
+    if (c < '0' || c > '9' || n > (int64_t{1} << 50)) return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
+// Looks at `dir` before RocksDB does, since RocksDB with create_if_missing
+// starts a new database in any directory without a CURRENT file, deleting
+// the old one's files. Sets *fresh when `dir` is missing or empty. Returns
+// "" when RocksDB may open it, else why not, with how to recover.
+std::string CheckStoreFiles(const std::string& dir, bool* fresh) {
+  namespace fs = std::filesystem;
+  *fresh = false;
+  std::error_code ec;
+  const fs::file_status status = fs::status(dir, ec);
+  if (!fs::exists(status)) {
+    *fresh = true;
+    return "";
+  }
+  if (!fs::is_directory(status)) return "is not a directory";
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  if (ec) return "cannot be listed: " + ec.message();
+  if (names.empty()) {
+    *fresh = true;
+    return "";
+  }
+  std::sort(names.begin(), names.end());
+  std::string newest_manifest;
+  for (const std::string& name : names) {
+    if (ManifestNumber(name) > ManifestNumber(newest_manifest)) {
+      newest_manifest = name;
+    }
+  }
+  const std::string unchanged = "; nothing was changed";
+  if (!std::binary_search(names.begin(), names.end(), "CURRENT")) {
+    if (newest_manifest.empty()) {
+      std::string some;
+      for (size_t i = 0; i < names.size() && i < 3; ++i) {
+        some += (i ? ", " : "") + names[i];
+      }
+      return "holds " + std::to_string(names.size()) + " files (" + some +
+             (names.size() > 3 ? ", ..." : "") +
+             ") but no RocksDB CURRENT or MANIFEST file: it is not a "
+             "checkpoint store, or its metadata is lost" +
+             unchanged + ". To start afresh, give an empty directory";
+    }
+    return "holds a checkpoint store whose CURRENT file is missing" +
+           unchanged +
+           ". To recover it, name the newest MANIFEST in CURRENT: echo " +
+           newest_manifest + " > " + dir + "/CURRENT";
+  }
+  std::ifstream in(dir + "/CURRENT");
+  std::string named;
+  std::getline(in, named);
+  if (!in && !in.eof()) return "its CURRENT file cannot be read" + unchanged;
+  if (ManifestNumber(named) < 0 ||
+      !std::binary_search(names.begin(), names.end(), named)) {
+    return "its CURRENT file names '" + named + "', which is missing" +
+           unchanged +
+           (newest_manifest.empty()
+                ? std::string(": the store's metadata is lost")
+                : ". If " + newest_manifest +
+                      " is the store's newest MANIFEST, recover with: echo " +
+                      newest_manifest + " > " + dir + "/CURRENT");
+  }
+  return "";
+}
+
+}  // namespace
+
 Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
-    const std::string& dir) {
+    const std::string& dir, OpenMode mode) {
+  const std::string where = "checkpoint dir " + dir;
+  bool fresh = false;
+  if (std::string bad = CheckStoreFiles(dir, &fresh); !bad.empty()) {
+    return Status(Code::kIoError, where + " " + bad);
+  }
   auto impl = std::make_unique<Impl>();
-  // RocksDB would create it too, but logs a missing dir as an error first;
-  // a failure here shows up as Open's own error below.
-  std::error_code ignored;
-  std::filesystem::create_directories(dir, ignored);
-  rocksdb::Status s = rocksdb::DB::Open(BaseOptions(dir), dir, Families(),
-                                        &impl->handles, &impl->db);
-  if (!s.ok()) return IoError("checkpoint dir " + dir, "cannot open", s);
+  rocksdb::DBOptions options = BaseOptions(dir);
+  if (fresh) {
+    if (mode == OpenMode::kExisting) {
+      return NotFound(
+          where +
+          (std::filesystem::exists(dir) ? " is empty" : " does not exist") +
+          ": no checkpoint store there (nothing was created)");
+    }
+    // RocksDB would create it too, but logs a missing dir as an error
+    // first; a failure here shows up as Open's own error below.
+    std::error_code ignored;
+    std::filesystem::create_directories(dir, ignored);
+  } else {
+    // A read-only open writes nothing: whatever makes the store unusable
+    // (damage, a missing file or column family) is found before the
+    // read-write open below could change a file.
+    options.create_if_missing = false;
+    options.create_missing_column_families = false;
+    rocksdb::DB* probe = nullptr;
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, dir, Families(),
+                                                     &handles, &probe);
+    if (!s.ok()) {
+      return IoError(where, "cannot open (nothing was changed)", s);
+    }
+    for (rocksdb::ColumnFamilyHandle* h : handles) {
+      probe->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+    }
+    delete probe;
+  }
+  rocksdb::Status s =
+      rocksdb::DB::Open(options, dir, Families(), &impl->handles, &impl->db);
+  if (!s.ok()) return IoError(where, "cannot open", s);
   return std::unique_ptr<CheckpointStore>(
       new CheckpointStore(dir, std::move(impl)));
 }
 
 Result<std::unique_ptr<CheckpointStore>> CheckpointStore::OpenReadOnly(
     const std::string& dir) {
+  const std::string where = "checkpoint dir " + dir;
+  bool fresh = false;
+  if (std::string bad = CheckStoreFiles(dir, &fresh); !bad.empty()) {
+    return Status(Code::kIoError, where + " " + bad);
+  }
+  if (fresh) {
+    return Status(
+        Code::kIoError,
+        where +
+            (std::filesystem::exists(dir) ? " is empty" : " does not exist") +
+            ": no checkpoint store there");
+  }
   auto impl = std::make_unique<Impl>();
   impl->read_only = true;
   rocksdb::DBOptions options = BaseOptions(dir);
   options.create_if_missing = false;
   rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, dir, Families(),
                                                    &impl->handles, &impl->db);
-  if (!s.ok()) {
-    return IoError("checkpoint dir " + dir, "cannot open read-only", s);
-  }
+  if (!s.ok()) return IoError(where, "cannot open read-only", s);
   return std::unique_ptr<CheckpointStore>(
       new CheckpointStore(dir, std::move(impl)));
 }
@@ -865,6 +1003,11 @@ Result<ShardSnapshot> CheckpointStore::ReadShard(int64_t round) const {
     }
     std::vector<float> slots;
     if (slots_per_weight > 0) {
+      // A read error (a checksum mismatch) ends the iterator like the end
+      // of the data would: report the error, not missing slots.
+      if (!sl->Valid() && !sl->status().ok()) {
+        return IoError(where, "reading optimizer slots", sl->status());
+      }
       if (!sl->Valid() || sl->key() != key) {
         return Corrupt(where, what + " has no optimizer slots");
       }
@@ -1050,6 +1193,28 @@ Status CheckpointStore::Prune(int keep, int64_t newest_complete) {
     }
   }
   return Status::Ok();
+}
+
+std::string IdentityMismatch(const ShardSnapshot& snapshot, int shard_id,
+                             const RunSettings& run) {
+  const RunSettings& r = snapshot.settings;
+  std::string out;
+  auto differs = [&out](const std::string& what, const auto& in_round,
+                        const auto& here) {
+    if (in_round == here) return;
+    std::ostringstream text;
+    text << what << " " << in_round << " in the round, " << here << " here";
+    out += (out.empty() ? "" : "; ") + text.str();
+  };
+  differs("shard id", snapshot.shard_id, shard_id);
+  differs("run id", r.run_id.empty() ? "(none)" : r.run_id,
+          run.run_id.empty() ? "(none)" : run.run_id);
+  differs("seed", r.seed, run.seed);
+  differs("shard count", r.num_shards, run.num_shards);
+  differs("block size", r.block_size, run.block_size);
+  differs("optimizer", std::string(OptimizerName(r.optimizer.kind)),
+          std::string(OptimizerName(run.optimizer.kind)));
+  return out;
 }
 
 }  // namespace tether

@@ -93,12 +93,32 @@ struct RoundRecord {
   std::vector<WorkerPosition> workers;
 };
 
+// "" when `snapshot` (a round read from a shard's data dir) belongs to shard
+// `shard_id` of the run `run` describes: the same run id, seed, shard count,
+// block size and optimizer, and the same shard id. Else what differs, e.g.
+// "shard id 0 in the round, 1 here; run id 6f1c... in the round, 92ab...
+// here".
+std::string IdentityMismatch(const ShardSnapshot& snapshot, int shard_id,
+                             const RunSettings& run);
+
 class CheckpointStore {
  public:
-  // Opens (creating if needed) the RocksDB at `dir`. kIoError naming `dir`
-  // when it cannot be created or opened (permissions, a file in the way,
-  // another process holding it).
-  static Result<std::unique_ptr<CheckpointStore>> Open(const std::string& dir);
+  // What Open may do with the directory.
+  enum class OpenMode {
+    kCreate,    // a missing or empty directory gets a new store
+    kExisting,  // the store must already be there (resuming)
+  };
+  // Opens the RocksDB at `dir`. A store is created only in a missing or
+  // empty directory, and only with kCreate: a non-empty directory without
+  // RocksDB's CURRENT file is refused (RocksDB would otherwise start a new
+  // database over the old files and delete them), with a message naming
+  // the missing file and how to recover it. A store that is there is first
+  // opened read-only, so an open that fails has changed nothing on disk.
+  // kNotFound when kExisting finds no store (nothing is created);
+  // kIoError naming `dir` when it cannot be created or opened (permissions,
+  // a file in the way, another process holding it, damage).
+  static Result<std::unique_ptr<CheckpointStore>> Open(
+      const std::string& dir, OpenMode mode = OpenMode::kCreate);
   // Opens an existing store for reading only (tools), without taking the
   // lock, so a shard process holding it keeps running undisturbed. Write
   // methods return kInvalidArgument. kIoError naming `dir` when it is

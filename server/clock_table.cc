@@ -1,6 +1,7 @@
 #include "server/clock_table.h"
 
 #include <algorithm>
+#include <cassert>
 #include <functional>
 #include <limits>
 
@@ -8,6 +9,12 @@ namespace tether {
 
 ClockTable::ClockTable(int num_workers, int backup)
     : backup_(backup), clocks_(num_workers, 0), live_(num_workers, true) {}
+
+void ClockTable::Restart(int64_t clock) {
+  assert(waiting_.empty());
+  clocks_.assign(clocks_.size(), clock);
+  live_.assign(live_.size(), true);
+}
 
 int64_t ClockTable::min_clock() const {
   int64_t min = std::numeric_limits<int64_t>::max();

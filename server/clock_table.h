@@ -48,6 +48,10 @@ class ClockTable {
   // The caller runs them.
   std::vector<Release> Advance(int rank, int64_t clock);
 
+  // Sets every worker live at `clock`, forward or back: resuming a round,
+  // before any pull waits (none may be waiting).
+  void Restart(int64_t clock);
+
   // Marks `rank` live or not. A worker that is not live does not hold back
   // the minimum; returns the waiters this releases.
   std::vector<Release> SetLive(int rank, bool live);

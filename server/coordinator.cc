@@ -64,7 +64,7 @@ void Coordinator::RegisterShard(int shard_id, const std::string& address,
                            << ": workers dial the old address; restart it "
                               "with the same --listen";
     }
-    RunSettings restart = settings_;
+    RunSettings restart = CurrentSettingsLocked();
     restart.shard_restart = true;
     restart.resume_round = latest_complete_round_;
     shard_conns_[shard_id] = conn;
@@ -280,8 +280,101 @@ void Coordinator::JoinObserver(const std::shared_ptr<Connection>& conn) {
   ReleaseLocked();
 }
 
+void Coordinator::StartResume(int64_t round, std::vector<int64_t> complete,
+                              ResumeHooks hooks) {
+  std::lock_guard lock(mu_);
+  resume_.active = true;
+  resume_.round = round;
+  resume_.left.insert(complete.begin(), complete.end());
+  resume_.loaded.assign(settings_.num_shards, false);
+  resume_.loaded[0] = true;
+  resume_.hooks = std::move(hooks);
+  latest_complete_round_ = round;
+  if (settings_.num_shards == 1) ResumedLocked();
+}
+
+void Coordinator::ShardResumed(int shard_id, int64_t round,
+                               const std::string& error,
+                               const std::vector<int64_t>& intact) {
+  std::lock_guard lock(mu_);
+  if (!resume_.active || round != resume_.round || shard_id <= 0 ||
+      shard_id >= settings_.num_shards) {
+    return;
+  }
+  if (error.empty()) {
+    resume_.loaded[shard_id] = true;
+    TETHER_LOG(kInfo) << "shard " << shard_id << " loaded round " << round;
+    for (bool loaded : resume_.loaded) {
+      if (!loaded) return;
+    }
+    return ResumedLocked();
+  }
+  const std::string why = "shard " + std::to_string(shard_id) +
+                          " cannot load round " + std::to_string(round) + ": " +
+                          error;
+  TETHER_LOG(kError) << why;
+  // Only rounds this shard still holds intact can serve the whole run.
+  std::set<int64_t> left;
+  for (int64_t r : intact) {
+    if (resume_.left.count(r) > 0 && r != round) left.insert(r);
+  }
+  resume_.left = std::move(left);
+  if (!settings_.resume_fallback) {
+    return ResumeFailedLocked(Status(
+        Code::kIoError, "--resume " + std::to_string(round) + ": " + why +
+                            "; the run does not start (--resume latest "
+                            "would fall back to an older intact round)"));
+  }
+  while (!resume_.left.empty()) {
+    const int64_t older = *resume_.left.rbegin();
+    resume_.left.erase(older);
+    Status local = resume_.hooks.load_local(older);
+    if (!local.ok()) {
+      TETHER_LOG(kError) << "shard 0 cannot load round " << older << ": "
+                         << local.message();
+      continue;
+    }
+    TETHER_LOG(kWarning) << "--resume latest: " << why
+                         << "; falling back to round " << older
+                         << ", the newest complete round it holds intact";
+    resume_.round = older;
+    latest_complete_round_ = older;
+    resume_.loaded.assign(settings_.num_shards, false);
+    resume_.loaded[0] = true;
+    flatbuffers::FlatBufferBuilder fbb(64);
+    OutFrame frame = FinishFrame(fbb, wire::CreateLoadRound(fbb, older));
+    for (auto& weak : shard_conns_) {
+      if (auto conn = weak.lock()) conn->Send(frame);
+    }
+    return;
+  }
+  ResumeFailedLocked(Status(
+      Code::kIoError,
+      "--resume latest: " + why +
+          ", and no older complete round is held intact by every shard; the "
+          "run does not start"));
+}
+
+void Coordinator::ResumedLocked() {
+  resume_.active = false;
+  if (resume_.hooks.resumed) resume_.hooks.resumed(resume_.round);
+  ReleaseLocked();
+}
+
+void Coordinator::ResumeFailedLocked(const Status& why) {
+  TETHER_LOG(kError) << why.message();
+  OutFrame error = MakeErrorFrame(0, why);
+  for (auto& weak : shard_conns_) {
+    if (auto conn = weak.lock()) conn->SendAndClose(error);
+  }
+  for (Waiting& w : waiting_) w.conn->SendAndClose(error);
+  waiting_.clear();
+  stopped_ = "it could not resume";
+  if (resume_.hooks.failed) resume_.hooks.failed(why);
+}
+
 void Coordinator::ReleaseLocked() {
-  if (!MapComplete()) return;
+  if (!MapComplete() || resume_.active) return;
   // The first start needs every worker; later joiners (restarts) go at once.
   bool workers_may_start = started_ || JoinedWorkers() == settings_.num_workers;
   if (workers_may_start && !started_ && settings_.num_workers > 0) {
@@ -300,9 +393,15 @@ void Coordinator::ReleaseLocked() {
   waiting_ = std::move(still_waiting);
 }
 
+RunSettings Coordinator::CurrentSettingsLocked() const {
+  RunSettings current = settings_;
+  if (resume_.round >= 0) current.resume_round = resume_.round;
+  return current;
+}
+
 OutFrame Coordinator::MakeWelcome(int rank, int staleness) const {
   static const std::vector<std::string> kNoMap;
-  return MakeWelcomeFrame(settings_, 0, rank, staleness,
+  return MakeWelcomeFrame(CurrentSettingsLocked(), 0, rank, staleness,
                           rank >= 0 ? worker_clock_(rank) : 0,
                           MapComplete() ? shard_addresses_ : kNoMap);
 }

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,28 @@ class Coordinator {
   void SetTakeRound(std::function<Result<int64_t>()> take_local);
   Result<int64_t> CheckpointNow();
 
+  // Resuming: shard 0 has loaded `round`; `complete` lists the complete
+  // rounds (ascending) in shard 0's records. Nobody is welcomed -- workers
+  // and observers wait -- until every shard reports (ShardResumed) that it
+  // loaded the same round; then `resumed(round)` runs. When a shard cannot
+  // load it: with settings.resume_fallback the run falls back to the newest
+  // complete round that every shard holds intact (`load_local` loads it on
+  // shard 0, LoadRound tells the others), saying so; otherwise, or when no
+  // such round is left, every shard and waiting peer gets an Error and
+  // `failed(why)` runs: the run does not start. Call before serving.
+  struct ResumeHooks {
+    std::function<Status(int64_t round)> load_local;
+    std::function<void(const Status& why)> failed;
+    std::function<void(int64_t round)> resumed;
+  };
+  void StartResume(int64_t round, std::vector<int64_t> complete,
+                   ResumeHooks hooks);
+  // Shard `shard_id` loaded `round` (`error` empty) or could not; `intact`
+  // lists the rounds it can load. Reports for a round no longer asked for
+  // are ignored.
+  void ShardResumed(int shard_id, int64_t round, const std::string& error,
+                    const std::vector<int64_t>& intact);
+
   // Ends training: every joined worker is told to stop after its current
   // step (it reports, evaluates and exits 0), and workers that join later
   // are refused. The shards keep serving. Returns how many were told;
@@ -109,6 +132,12 @@ class Coordinator {
   // Welcomes whoever may start now. Requires mu_ held.
   void ReleaseLocked();
   OutFrame MakeWelcome(int rank, int staleness) const;
+  // The settings as handed out now: with the round being resumed.
+  RunSettings CurrentSettingsLocked() const;
+  // Every resuming shard loaded the round: the run may start.
+  void ResumedLocked();
+  // The run cannot resume: tells every shard and waiting peer, then hooks.
+  void ResumeFailedLocked(const Status& why);
 
   const RunSettings settings_;
   const std::function<int64_t(int rank)> worker_clock_;
@@ -129,9 +158,17 @@ class Coordinator {
   std::function<Result<int64_t>()> take_round_;
   std::vector<const Connection*> worker_conns_;  // by rank; null when free
   std::vector<std::weak_ptr<Connection>> worker_links_;  // the same, owned
-  std::vector<Waiting> waiting_;     // hello'd peers not yet welcomed
-  bool started_ = false;             // every worker has been welcomed once
-  std::string stopped_;              // why the run was stopped; "" running
+  std::vector<Waiting> waiting_;  // hello'd peers not yet welcomed
+  bool started_ = false;          // every worker has been welcomed once
+  std::string stopped_;           // why the run was stopped; "" running
+  struct Resume {
+    bool active = false;       // waiting for every shard to load `round`
+    int64_t round = -1;        // the round being resumed
+    std::set<int64_t> left;    // rounds the run may still fall back to
+    std::vector<bool> loaded;  // by shard
+    ResumeHooks hooks;
+  };
+  Resume resume_;
   std::optional<ChunkPool> chunks_;  // made by the first DataRequest
   uint64_t chunk_rows_total_ = 0;    // what it was made for
   uint32_t chunk_rows_ = 0;

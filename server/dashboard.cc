@@ -23,6 +23,14 @@ HttpResponse Error(int status, const std::string& message) {
   return Json(status, {{"error", message}});
 }
 
+// A refused request is logged with the client's address and why (never
+// the token), so an operator sees who tries what.
+void LogRefusal(const HttpRequest& request, const std::string& why) {
+  TETHER_LOG(kWarning) << "dashboard: refused " << request.method << " "
+                       << request.target << " from " << request.peer << ": "
+                       << why;
+}
+
 HttpResponse MethodNotAllowed(const HttpRequest& request,
                               const std::string& allow) {
   HttpResponse r = Error(405, request.method + " is not allowed on " +
@@ -60,8 +68,33 @@ Status Dashboard::Start() {
     TETHER_LOG(kInfo) << "dashboard: POST endpoints need the token in "
                       << options_.token_file;
   }
-  TETHER_RETURN_IF_ERROR(http_.Start());
+  TETHER_RETURN_IF_ERROR(http_.Bind());
+  TETHER_RETURN_IF_ERROR(CheckExposure());
+  http_.Start();
   Tick();  // the first figures, before anyone asks
+  return Status::Ok();
+}
+
+Status Dashboard::CheckExposure() const {
+  if (http_.loopback()) return Status::Ok();
+  // As a shard's --listen needs --auth-key-file: serving beyond this host
+  // is a choice the operator states.
+  if (!token_.empty()) {
+    TETHER_LOG(kInfo) << "dashboard: " << http_.address()
+                      << " is not loopback: anyone who reaches it can read "
+                         "the run; POST endpoints need the token";
+    return Status::Ok();
+  }
+  if (!options_.insecure) {
+    return InvalidArgument(
+        "--http " + options_.http.listen +
+        " is not a loopback address: give --http-token-file (the "
+        "dashboard's token), or --insecure to let anyone who reaches it "
+        "read the run");
+  }
+  TETHER_LOG(kWarning) << "dashboard: no --http-token-file (--insecure): "
+                          "anyone who reaches "
+                       << http_.address() << " can read the run";
   return Status::Ok();
 }
 
@@ -99,10 +132,12 @@ HttpResponse Dashboard::CheckpointNow() {
 std::optional<HttpResponse> Dashboard::Refuse(const HttpRequest& request) {
   // A page on another site must not make the cluster do things.
   if (!request.origin.empty() && request.origin != "http://" + request.host) {
+    LogRefusal(request, "cross-origin (Origin " + ForLog(request.origin) + ")");
     return Error(403,
                  "cross-origin request from " + request.origin + " refused");
   }
   if (token_.empty()) {
+    LogRefusal(request, "POST endpoints are off (no --http-token-file)");
     return Error(403, request.target +
                           " is off: start tether-server with "
                           "--http-token-file to allow it");
@@ -111,9 +146,7 @@ std::optional<HttpResponse> Dashboard::Refuse(const HttpRequest& request) {
   const std::string& given = request.authorization;
   if (!given.starts_with(kBearer) ||
       !SameProof(std::string_view(given).substr(kBearer.size()), token_)) {
-    TETHER_LOG(kWarning) << "dashboard: refused " << request.method << " "
-                         << request.target << " from " << request.peer << ": "
-                         << (given.empty() ? "no token" : "wrong token");
+    LogRefusal(request, given.empty() ? "no token" : "wrong token");
     HttpResponse r =
         Error(401, given.empty() ? "this needs the dashboard token "
                                    "(--http-token-file)"

@@ -31,6 +31,8 @@ class Dashboard {
   ~Dashboard();
 
   // Binds --http and starts the updates; kUnavailable naming the address.
+  // kInvalidArgument when that address is not a loopback one and there is
+  // neither --http-token-file nor --insecure.
   Status Start();
   // "http://HOST:PORT/"
   std::string url() const;
@@ -45,8 +47,12 @@ class Dashboard {
   void Tick();
   HttpResponse CheckpointNow();
   HttpResponse StopRun();
-  // Why a POST is refused (foreign origin, no or wrong token), if it is.
+  // Why a POST is refused (foreign origin, no or wrong token), if it is;
+  // each refusal is logged with the client's address.
   std::optional<HttpResponse> Refuse(const HttpRequest& request);
+  // Whether the bound --http may be served: loopback, or with a token, or
+  // --insecure (logged loudly).
+  Status CheckExposure() const;
 
   const DashboardOptions options_;
   Shard* const shard_;

@@ -1,5 +1,6 @@
 #include "server/http.h"
 
+#include <algorithm>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
@@ -7,6 +8,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -24,18 +26,105 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-// One connection's hold on a place under --http-max-clients, given back
-// when the session that holds it ends.
+// Whom the per-address cap counts as one client: an IPv4 address, or an
+// IPv6 /64 (what one host is usually given, so a host cannot spread its
+// connections over its own addresses).
+asio::ip::address ClientOf(const asio::ip::address& address) {
+  if (!address.is_v6() || address.to_v6().is_v4_mapped()) return address;
+  asio::ip::address_v6::bytes_type bytes = address.to_v6().to_bytes();
+  std::fill(bytes.begin() + 8, bytes.end(), 0);
+  return asio::ip::address_v6(bytes);
+}
+
+class Places;
+
+// One connection's hold on a place under the caps, given back when the
+// session that holds it ends.
 class Slot {
  public:
-  explicit Slot(std::atomic<int>* count) : count_(count) { ++*count_; }
-  ~Slot() { --*count_; }
+  Slot(Places* places, asio::ip::address client)
+      : places_(places), client_(std::move(client)) {}
+  ~Slot();
   Slot(const Slot&) = delete;
   Slot& operator=(const Slot&) = delete;
 
  private:
-  std::atomic<int>* count_;
+  Places* const places_;
+  const asio::ip::address client_;
 };
+
+// The connections open at once, in all (--http-max-clients) and from each
+// client (--http-max-clients-per-address), so that one client address
+// cannot take every place. Thread-safe: places are taken on the acceptor's
+// strand and given back on the sessions'.
+class Places {
+ public:
+  explicit Places(const HttpOptions& options)
+      : max_total_(options.max_clients),
+        max_per_client_(options.max_clients_per_address) {}
+
+  // A place for a connection from `address`; null, with the 503's text in
+  // *refusal, when that would go over a cap. A refused connection holds no
+  // place: it is answered and closed at once. The first refusal of a
+  // client (or of anyone, for the global cap) is logged; the next only
+  // once it has fallen back under the cap.
+  std::unique_ptr<Slot> Take(const asio::ip::address& address,
+                             std::string* refusal) {
+    const asio::ip::address client = ClientOf(address);
+    std::lock_guard lock(mu_);
+    if (total_ >= max_total_) {
+      if (!warned_total_) {
+        warned_total_ = true;
+        TETHER_LOG(kWarning) << "dashboard: " << total_
+                             << " connections open (--http-max-clients); "
+                                "refusing more";
+      }
+      *refusal = "too many dashboard clients (--http-max-clients)";
+      return nullptr;
+    }
+    Count& count = by_client_[client];
+    if (count.open >= max_per_client_) {
+      if (!count.warned) {
+        count.warned = true;
+        TETHER_LOG(kWarning)
+            << "dashboard: " << count.open << " connections open from "
+            << client.to_string()
+            << " (--http-max-clients-per-address); refusing more from it";
+      }
+      *refusal = "too many dashboard connections from " + client.to_string() +
+                 " (--http-max-clients-per-address)";
+      return nullptr;
+    }
+    ++count.open;
+    ++total_;
+    return std::make_unique<Slot>(this, client);
+  }
+
+ private:
+  friend class Slot;
+  void GiveBack(const asio::ip::address& client) {
+    std::lock_guard lock(mu_);
+    --total_;
+    if (total_ < max_total_) warned_total_ = false;
+    auto it = by_client_.find(client);
+    if (it == by_client_.end()) return;
+    if (--it->second.open < max_per_client_) it->second.warned = false;
+    if (it->second.open == 0) by_client_.erase(it);
+  }
+
+  struct Count {
+    int open = 0;
+    bool warned = false;  // its refusal was logged
+  };
+  const int max_total_;
+  const int max_per_client_;
+  std::mutex mu_;  // guards the rest
+  int total_ = 0;
+  bool warned_total_ = false;
+  std::map<asio::ip::address, Count> by_client_;  // only clients with some
+};
+
+Slot::~Slot() { places_->GiveBack(client_); }
 
 // Anything Stop() must be able to close.
 class Closable {
@@ -91,7 +180,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
         websocket_path(std::move(ws_path)),
         handler(std::move(h)),
         greeting(std::move(g)),
-        acceptor(asio::make_strand(io)) {}
+        acceptor(asio::make_strand(io)),
+        places(options) {}
 
   void DoAccept();
   void Track(const std::shared_ptr<Closable>& c) {
@@ -107,7 +197,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   const Greeting greeting;
   tcp::acceptor acceptor;
   std::string address;
-  std::atomic<int> connections{0};
+  bool loopback = false;
+  Places places;
   std::atomic<uint64_t> dropped{0};
   std::atomic<bool> stopped{false};
 
@@ -254,20 +345,22 @@ class HttpSession : public Closable,
  public:
   using Server = HttpServer::Impl;
 
-  HttpSession(std::shared_ptr<Server> server, tcp::socket socket)
+  // `slot` is the connection's place under the caps; null when it got
+  // none, and is answered 503 with `refusal`.
+  HttpSession(std::shared_ptr<Server> server, tcp::socket socket,
+              std::unique_ptr<Slot> slot, std::string refusal)
       : server_(std::move(server)),
         stream_(std::move(socket)),
-        slot_(std::make_unique<Slot>(&server_->connections)) {}
+        slot_(std::move(slot)),
+        refusal_(std::move(refusal)) {}
 
-  void Start(bool over_capacity) {
-    asio::dispatch(
-        stream_.get_executor(), [self = shared_from_this(), over_capacity] {
-          if (over_capacity) {
-            return self->Answer(
-                503, "too many dashboard clients (--http-max-clients)", false);
-          }
-          self->DoRead();
-        });
+  void Start() {
+    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->slot_ == nullptr) {
+        return self->Answer(503, self->refusal_, false);
+      }
+      self->DoRead();
+    });
   }
 
   void Close() override {
@@ -316,6 +409,9 @@ class HttpSession : public Closable,
       std::string origin(request[http::field::origin]);
       if (!origin.empty() &&
           origin != "http://" + std::string(request[http::field::host])) {
+        TETHER_LOG(kWarning)
+            << "dashboard: refused WebSocket " << target << " from " << Peer()
+            << ": cross-origin (Origin " << ForLog(origin) << ")";
         return Answer(403, "cross-origin WebSocket from " + origin + " refused",
                       false);
       }
@@ -378,6 +474,7 @@ class HttpSession : public Closable,
   const std::shared_ptr<Server> server_;
   beast::tcp_stream stream_;
   std::unique_ptr<Slot> slot_;
+  const std::string refusal_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
 };
@@ -392,11 +489,15 @@ void HttpServer::Impl::DoAccept() {
         if (ec) {
           TETHER_LOG(kWarning) << "dashboard: accept failed: " << ec.message();
         } else {
-          const bool over =
-              self->connections.load() >= self->options.max_clients;
-          auto session = std::make_shared<HttpSession>(self, std::move(socket));
+          beast::error_code ignored;
+          const asio::ip::address from =
+              socket.remote_endpoint(ignored).address();
+          std::string refusal;
+          std::unique_ptr<Slot> slot = self->places.Take(from, &refusal);
+          auto session = std::make_shared<HttpSession>(
+              self, std::move(socket), std::move(slot), std::move(refusal));
           self->Track(session);
-          session->Start(over);
+          session->Start();
         }
         self->DoAccept();
       });
@@ -411,7 +512,7 @@ HttpServer::HttpServer(asio::io_context& io, HttpOptions options,
 
 HttpServer::~HttpServer() { Stop(); }
 
-Status HttpServer::Start() {
+Status HttpServer::Bind() {
   auto bound = Listen(impl_->acceptor, impl_->options.listen, "--http");
   if (!bound.ok()) {
     if (bound.status().code() != Code::kUnavailable) return bound.status();
@@ -420,11 +521,17 @@ Status HttpServer::Start() {
                        "serves no dashboard)");
   }
   impl_->address = bound->ToString();
-  impl_->DoAccept();
+  beast::error_code ec;
+  const tcp::endpoint local = impl_->acceptor.local_endpoint(ec);
+  impl_->loopback = !ec && local.address().is_loopback();
   return Status::Ok();
 }
 
+void HttpServer::Start() { impl_->DoAccept(); }
+
 std::string HttpServer::address() const { return impl_->address; }
+
+bool HttpServer::loopback() const { return impl_->loopback; }
 
 void HttpServer::Publish(const std::function<std::string()>& make) {
   std::lock_guard lock(impl_->mu);
@@ -462,6 +569,16 @@ void HttpServer::Stop() {
     }
   }
   for (auto& c : open) c->Close();
+}
+
+std::string ForLog(std::string_view text) {
+  constexpr size_t kMax = 120;
+  std::string out;
+  for (char c : text.substr(0, kMax)) {
+    out += c >= 0x20 && c < 0x7f ? c : '?';
+  }
+  if (text.size() > kMax) out += "...";
+  return out;
 }
 
 ParsedRequest ParseHttpRequest(std::string_view bytes,

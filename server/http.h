@@ -3,10 +3,12 @@
 // fed by Publish. What to answer is the handler's business (Dashboard);
 // Beast stays in http.cc.
 //
-// Bounded everywhere: a cap on connections at once (more are answered 503
-// and closed), header and body limits (431, 413), a timeout for reading a
-// whole request and for each write, and a bounded queue per WebSocket
-// client (one that falls behind is dropped, never buffered without end).
+// Bounded everywhere: a cap on connections at once, and a lower one on
+// those from one client address, so one client cannot take every place
+// (more are answered 503 and closed), header and body limits (431, 413), a
+// timeout for reading a whole request and for each write, and a bounded
+// queue per WebSocket client (one that falls behind is dropped, never
+// buffered without end).
 //
 // Thread-safe.
 #pragma once
@@ -54,6 +56,10 @@ struct ParsedRequest {
 ParsedRequest ParseHttpRequest(std::string_view bytes,
                                const HttpOptions& options);
 
+// Text a client sent (a header), fit for a log line: printable ASCII only
+// (anything else becomes '?'), cut to 120 bytes.
+std::string ForLog(std::string_view text);
+
 class HttpServer {
  public:
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
@@ -66,11 +72,15 @@ class HttpServer {
              std::string websocket_path, Handler handler, Greeting greeting);
   ~HttpServer();
 
-  // Binds and starts accepting. kUnavailable naming the address when it
-  // cannot be bound.
-  Status Start();
+  // Binds options.listen. kUnavailable naming the address when it cannot
+  // be bound.
+  Status Bind();
+  // Starts accepting; after a Bind() that succeeded.
+  void Start();
   // "HOST:PORT" as bound (the real port when options.listen had port 0).
   std::string address() const;
+  // Whether the bound address is a loopback one; after Bind().
+  bool loopback() const;
 
   // Sends the message `make()` builds to every WebSocket client. `make`
   // runs under the lock that also covers greeting a new client, so each

@@ -26,7 +26,10 @@ int main(int argc, char** argv) {
     server.Stop();
     return 1;
   }
-  server.Run();
+  if (tether::Status s = server.Run(); !s.ok()) {
+    std::cerr << "tether-server: " << s.message() << "\n";
+    return 1;
+  }
   TETHER_LOG(kInfo) << "stopped";
   return 0;
 }

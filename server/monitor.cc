@@ -188,7 +188,8 @@ Monitor::Monitor(RunSettings settings, MonitorOptions options)
       ever_connected_(settings_.num_workers, false),
       states_(settings_.num_workers, WorkerState::kJoining),
       straggled_at_(settings_.num_workers, -1e9),
-      lags_(settings_.num_workers, 0) {}
+      lags_(settings_.num_workers, 0),
+      nonfinite_(settings_.num_workers, 0) {}
 
 double Monitor::Seconds(TimePoint now) const {
   return std::chrono::duration<double>(now - start_).count();
@@ -281,6 +282,14 @@ void Monitor::OnRunStopped(const std::string& event) {
   AddEventLocked(Seconds(Now()), "warning", event);
 }
 
+void Monitor::OnResumed(int64_t round) {
+  std::lock_guard lock(mu_);
+  settings_.resume_round = round;
+  AddEventLocked(Seconds(Now()), "info",
+                 "resumed from checkpoint round " + std::to_string(round) +
+                     ": every shard loaded it");
+}
+
 void Monitor::SetDashboardClients(size_t clients, uint64_t dropped) {
   std::lock_guard lock(mu_);
   dashboard_clients_ = clients;
@@ -310,6 +319,25 @@ void Monitor::UpdateWorkersLocked(double t) {
     }
   }
   std::vector<WorkerState> states = ClassifyWorkers(workers, ever_connected_);
+  std::vector<uint64_t> nonfinite(nonfinite_.size(), 0);
+  for (const ShardView& shard : shards_) {
+    for (const auto& w : shard.stats.workers) {
+      if (w.rank >= 0 && w.rank < static_cast<int>(nonfinite.size())) {
+        nonfinite[w.rank] += w.nonfinite_pushes;
+      }
+    }
+  }
+  for (size_t i = 0; i < nonfinite.size() && i < workers.size(); ++i) {
+    if (nonfinite[i] > nonfinite_[i]) {
+      AddEventLocked(t, "warning",
+                     WorkerName(workers[i]) + ": " +
+                         std::to_string(nonfinite[i] - nonfinite_[i]) +
+                         " push(es) refused as non-finite (NaN or Inf, or "
+                         "an update that would overflow); " +
+                         std::to_string(nonfinite[i]) + " in all");
+    }
+  }
+  nonfinite_ = std::move(nonfinite);
   int64_t fastest = 0;
   for (const auto& w : workers) {
     if (w.connected) fastest = std::max(fastest, w.clock);
@@ -533,6 +561,7 @@ std::string Monitor::WorkersLocked() const {
     o["wait_fraction"] = Finite(w.wait_fraction);
     o["loss"] = Known(w.loss);
     o["test_accuracy"] = Known(w.test_accuracy);
+    o["nonfinite_pushes"] = i < nonfinite_.size() ? nonfinite_[i] : 0;
     out.push_back(std::move(o));
   }
   return json::serialize(out);
@@ -601,8 +630,10 @@ std::string Monitor::ConfigLocked() const {
   seeds["initial_values"] = "pure function of (seed, tensor, index)";
   seeds["data_order"] = "pure function of (seed, rank, epoch)";
   json::object o;
+  o["run_id"] = s.run_id;
   o["seed"] = s.seed;
   o["shards"] = s.num_shards;
+  o["keep_checkpoints"] = s.keep_checkpoints;
   o["workers"] = s.num_workers;
   o["max_staleness"] = s.max_staleness;
   o["reject_staleness"] = s.reject_staleness;
@@ -707,6 +738,13 @@ std::string Monitor::Metrics(TimePoint now) {
     if (w.test_accuracy >= 0) {
       m.Sample("tether_test_accuracy", rank(w.rank), w.test_accuracy);
     }
+  }
+  m.Family("tether_worker_nonfinite_pushes_total", "counter",
+           "Pushes refused as non-finite (NaN or Inf, or an update that "
+           "would make a weight non-finite), by worker, over every shard.");
+  for (size_t i = 0; i < workers.size() && i < nonfinite_.size(); ++i) {
+    m.Sample("tether_worker_nonfinite_pushes_total", rank(workers[i].rank),
+             static_cast<double>(nonfinite_[i]));
   }
   m.Family("tether_worker_evictions_total", "counter",
            "Workers declared dead (their connection is gone).");

@@ -66,6 +66,9 @@ class Monitor {
   // The run was stopped (POST /api/stop): its state says "stopped" from
   // now on, and `event` is logged among the events.
   void OnRunStopped(const std::string& event);
+  // Every shard loaded checkpoint round `round` (it may be older than the
+  // one asked for, when --resume latest fell back): the run resumes there.
+  void OnResumed(int64_t round);
   // The dashboard's own figures, shown in /metrics and the status.
   void SetDashboardClients(size_t clients, uint64_t dropped);
 
@@ -134,7 +137,7 @@ class Monitor {
   std::string EventsLocked(uint64_t after_seq,
                            uint64_t up_to = UINT64_MAX) const;
 
-  const RunSettings settings_;
+  RunSettings settings_;  // resume_round guarded by mu_
   const MonitorOptions options_;
   const TimePoint start_ = Now();
   const int64_t start_unix_ms_;
@@ -146,6 +149,7 @@ class Monitor {
   std::vector<WorkerState> states_;
   std::vector<double> straggled_at_;  // when each last looked like one
   std::vector<int64_t> lags_;
+  std::vector<uint64_t> nonfinite_;  // by rank, summed over every shard
   std::deque<Point> points_;
   bool stopped_ = false;  // guarded by mu_
   std::deque<Event> events_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <vector>
 
 namespace tether {
 
@@ -42,39 +43,62 @@ int Optimizer::slots_per_weight() const {
   return 0;
 }
 
+size_t FirstNonFinite(std::span<const float> values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) return i;
+  }
+  return values.size();
+}
+
 void Optimizer::Apply(std::span<float> weights, std::span<float> slots,
                       std::span<const float> grad, uint64_t step,
                       float lr_scale) const {
+  const std::vector<float> w(weights.begin(), weights.end());
+  const std::vector<float> s(slots.begin(), slots.end());
+  (void)Update(w, s, grad, weights, slots, step, lr_scale);
+}
+
+bool Optimizer::Update(std::span<const float> weights,
+                       std::span<const float> slots,
+                       std::span<const float> grad,
+                       std::span<float> out_weights, std::span<float> out_slots,
+                       uint64_t step, float lr_scale) const {
   const size_t n = weights.size();
-  assert(grad.size() == n);
+  assert(grad.size() == n && out_weights.size() == n);
   assert(slots.size() == static_cast<size_t>(slots_per_weight()) * n);
+  assert(out_slots.size() == slots.size());
   const float lr = options_.lr * lr_scale;
-  float* __restrict w = weights.data();
+  const float* __restrict w = weights.data();
   const float* __restrict g = grad.data();
+  float* __restrict w_out = out_weights.data();
 
   switch (options_.kind) {
     case OptimizerKind::kSgd:
-      for (size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-      return;
+      for (size_t i = 0; i < n; ++i) w_out[i] = w[i] - lr * g[i];
+      break;
 
     case OptimizerKind::kMomentum: {
       const float mu = options_.momentum;
-      float* __restrict v = slots.data();
+      const float* __restrict v = slots.data();
+      float* __restrict v_out = out_slots.data();
       for (size_t i = 0; i < n; ++i) {
-        v[i] = mu * v[i] + g[i];
-        w[i] -= lr * v[i];
+        const float vi = mu * v[i] + g[i];
+        v_out[i] = vi;
+        w_out[i] = w[i] - lr * vi;
       }
-      return;
+      break;
     }
 
     case OptimizerKind::kAdaGrad: {
       const float eps = options_.epsilon;
-      float* __restrict h = slots.data();
+      const float* __restrict h = slots.data();
+      float* __restrict h_out = out_slots.data();
       for (size_t i = 0; i < n; ++i) {
-        h[i] += g[i] * g[i];
-        w[i] -= lr * g[i] / (std::sqrt(h[i]) + eps);
+        const float hi = h[i] + g[i] * g[i];
+        h_out[i] = hi;
+        w_out[i] = w[i] - lr * g[i] / (std::sqrt(hi) + eps);
       }
-      return;
+      break;
     }
 
     case OptimizerKind::kAdam: {
@@ -88,16 +112,22 @@ void Optimizer::Apply(std::span<float> weights, std::span<float> slots,
       // digits in float; the per-element work stays in float.
       const float c1 = static_cast<float>(1.0 - std::pow(double{b1}, t));
       const float c2 = static_cast<float>(1.0 - std::pow(double{b2}, t));
-      float* __restrict m = slots.data();
-      float* __restrict v = slots.data() + n;
+      const float* __restrict m = slots.data();
+      const float* __restrict v = slots.data() + n;
+      float* __restrict m_out = out_slots.data();
+      float* __restrict v_out = out_slots.data() + n;
       for (size_t i = 0; i < n; ++i) {
-        m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+        const float mi = b1 * m[i] + (1.0f - b1) * g[i];
+        const float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+        m_out[i] = mi;
+        v_out[i] = vi;
+        w_out[i] = w[i] - lr * (mi / c1) / (std::sqrt(vi / c2) + eps);
       }
-      return;
+      break;
     }
   }
+  // A second pass over what was just written, still in cache.
+  return AllFinite(out_weights) && AllFinite(out_slots);
 }
 
 }  // namespace tether

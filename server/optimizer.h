@@ -6,6 +6,8 @@
 // only the spans it is given.
 #pragma once
 
+#include <bit>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -13,6 +15,20 @@
 #include "schema/status.h"
 
 namespace tether {
+
+// True when no value is NaN or +-Inf. Reads the bits, so it vectorizes
+// and holds under any floating-point flags.
+inline bool AllFinite(std::span<const float> values) {
+  uint32_t bad = 0;
+  for (float v : values) {
+    bad |= static_cast<uint32_t>((std::bit_cast<uint32_t>(v) & 0x7f800000u) ==
+                                 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+// The index of the first NaN or +-Inf in `values`, or values.size().
+size_t FirstNonFinite(std::span<const float> values);
 
 enum class OptimizerKind { kSgd, kMomentum, kAdaGrad, kAdam };
 
@@ -50,6 +66,15 @@ class Optimizer {
   void Apply(std::span<float> weights, std::span<float> slots,
              std::span<const float> grad, uint64_t step,
              float lr_scale = 1.0f) const;
+  // The same update out of place: reads (weights, slots), writes the
+  // updated values to (out_weights, out_slots), which must not overlap
+  // them. Returns false when an updated weight or slot is not finite (an
+  // overflow, or a non-finite gradient); the outputs then hold no useful
+  // values, and the inputs are untouched either way.
+  bool Update(std::span<const float> weights, std::span<const float> slots,
+              std::span<const float> grad, std::span<float> out_weights,
+              std::span<float> out_slots, uint64_t step,
+              float lr_scale = 1.0f) const;
 
  private:
   const OptimizerOptions options_;

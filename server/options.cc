@@ -12,12 +12,22 @@ constexpr const char* kSummary =
     "--seed and the optimizer flags), which other shards take from it.";
 
 // The flags other shards take from the coordinator instead.
-constexpr const char* kRunWide[] = {
-    "workers",      "max-staleness",  "reject-staleness",
-    "block-size",   "seed",           "optimizer",
-    "lr",           "momentum",       "beta1",
-    "beta2",        "epsilon",        "worker-timeout-ms",
-    "heartbeat-ms", "backup-workers", "staleness-lr"};
+constexpr const char* kRunWide[] = {"workers",
+                                    "max-staleness",
+                                    "reject-staleness",
+                                    "block-size",
+                                    "seed",
+                                    "optimizer",
+                                    "lr",
+                                    "momentum",
+                                    "beta1",
+                                    "beta2",
+                                    "epsilon",
+                                    "worker-timeout-ms",
+                                    "heartbeat-ms",
+                                    "backup-workers",
+                                    "staleness-lr",
+                                    "keep-checkpoints"};
 
 // Binds every flag to its field; shared by parsing and usage.
 void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
@@ -87,7 +97,9 @@ void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
               "one; without it the shard listens on loopback only");
   p.AddBool("insecure", &o.insecure,
             "allow --listen on a non-loopback address without "
-            "--auth-key-file: anyone who reaches it can join the run");
+            "--auth-key-file (anyone who reaches it can join the run), and "
+            "--http on one without --http-token-file (anyone who reaches "
+            "it can read the run)");
   p.AddString("http-token-file", &o.dashboard.token_file,
               "file holding the dashboard's token, which POST endpoints "
               "(checkpoint now) require as 'Authorization: Bearer TOKEN'; "
@@ -95,9 +107,14 @@ void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
               "are refused");
   p.AddString("http", &o.dashboard.http.listen,
               "HOST:PORT of the live dashboard (shard 0; port 0: any free "
-              "port; off: no dashboard)");
+              "port; off: no dashboard); a non-loopback address needs "
+              "--http-token-file or --insecure");
   p.AddInt("http-max-clients", &o.dashboard.http.max_clients,
            "dashboard connections at once; more are answered 503");
+  p.AddInt("http-max-clients-per-address",
+           &o.dashboard.http.max_clients_per_address,
+           "dashboard connections at once from one client address; more "
+           "from it are answered 503 while other addresses are served");
   p.AddInt("http-timeout-ms", &o.dashboard.http.timeout_ms,
            "time to read one dashboard request or write one answer; a "
            "WebSocket client silent this long is dropped");
@@ -204,6 +221,9 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
   if (o.dashboard.http.max_clients < 1) {
     return InvalidArgument("--http-max-clients: must be >= 1");
   }
+  if (o.dashboard.http.max_clients_per_address < 1) {
+    return InvalidArgument("--http-max-clients-per-address: must be >= 1");
+  }
   if (o.dashboard.http.timeout_ms < 100) {
     return InvalidArgument("--http-timeout-ms: must be >= 100");
   }
@@ -264,6 +284,7 @@ Result<ServerOptions> ParseServerOptions(int argc, const char* const* argv,
   o.optimizer.kind = *kind;
   TETHER_RETURN_IF_ERROR(Check(o, p));
   o.http_enabled = o.dashboard.http.listen != "off";
+  o.dashboard.insecure = o.insecure;
   return o;
 }
 

@@ -46,8 +46,9 @@ struct ServerOptions {
   std::string auth_key_file;
   bool insecure = false;  // --insecure: no key, any address
   // Shard 0's dashboard: --http (off: none), --http-max-clients,
-  // --http-timeout-ms, --http-header-limit, --http-body-limit, --ws-queue,
-  // --dashboard-interval-ms.
+  // --http-max-clients-per-address, --http-timeout-ms, --http-header-limit,
+  // --http-body-limit, --ws-queue, --dashboard-interval-ms; its `insecure`
+  // is --insecure too.
   bool http_enabled = true;
   DashboardOptions dashboard;
 };

@@ -93,28 +93,15 @@ std::string InitString(const InitSpec& init) {
 struct ParamStore::Block {
   uint64_t step = 0;
   uint32_t len = 0;
-  // Shared with frames being sent (see ShareBlock); copied before a write
-  // while anyone else holds it.
   // Weights and slots are shared with frames being sent (ShareBlock) and
-  // with checkpoint snapshots being written (Snapshot); copied before a
-  // write while anyone else holds them.
+  // with checkpoint snapshots being written (Snapshot). An update never
+  // writes into them: it writes new buffers and swaps them in (ApplyBlock).
   std::shared_ptr<float[]> weights_owner;
   std::shared_ptr<float[]> slots_owner;
   size_t slots_len = 0;
 
   std::span<float> weights() { return {weights_owner.get(), len}; }
   std::span<float> slots() { return {slots_owner.get(), slots_len}; }
-  // Makes the buffers exclusively ours before they change.
-  void Unshare() {
-    Own(weights_owner, len);
-    Own(slots_owner, slots_len);
-  }
-  static void Own(std::shared_ptr<float[]>& buffer, size_t n) {
-    if (buffer.use_count() <= 1) return;
-    std::shared_ptr<float[]> copy(new float[n]);
-    std::memcpy(copy.get(), buffer.get(), n * sizeof(float));
-    buffer = std::move(copy);
-  }
 };
 
 struct ParamStore::Tensor {
@@ -358,10 +345,55 @@ Status ParamStore::ApplyBlock(uint32_t tensor, uint32_t block,
                            std::to_string(grad.size()));
   }
   Block& b = t.Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
-  b.Unshare();
-  ++b.step;
-  optimizer_.Apply(b.weights(), b.slots(), grad, b.step, lr_scale);
+  // Out of place, into spare buffers that replace the block's only when
+  // every new value is finite: a refused update leaves the block as it was,
+  // and buffers a frame or a snapshot still holds are never written.
+  std::shared_ptr<float[]> weights = TakeSpare(b.len);
+  std::shared_ptr<float[]> slots = TakeSpare(b.slots_len);
+  const bool finite =
+      optimizer_.Update(b.weights(), b.slots(), grad, {weights.get(), b.len},
+                        {slots.get(), b.slots_len}, b.step + 1, lr_scale);
+  if (finite) {
+    ++b.step;
+    std::swap(b.weights_owner, weights);
+    std::swap(b.slots_owner, slots);
+  }
+  GiveSpare(std::move(weights), b.len);
+  GiveSpare(std::move(slots), b.slots_len);
+  if (!finite) {
+    return Status(Code::kNonFinite,
+                  t.What() + " block " + std::to_string(block) +
+                      ": the update would make a weight or optimizer slot "
+                      "non-finite (overflow); refused, the block is "
+                      "unchanged");
+  }
   return Status::Ok();
+}
+
+std::shared_ptr<float[]> ParamStore::TakeSpare(size_t n) {
+  if (n == 0) return nullptr;
+  std::vector<std::shared_ptr<float[]>>& spares = spares_[n];
+  for (auto& spare : spares) {
+    // One that a frame or snapshot still shares cannot be written.
+    if (spare.use_count() == 1) {
+      std::shared_ptr<float[]> taken = std::move(spare);
+      std::swap(spare, spares.back());
+      spares.pop_back();
+      return taken;
+    }
+  }
+  return std::shared_ptr<float[]>(new float[n]);
+}
+
+void ParamStore::GiveSpare(std::shared_ptr<float[]> buffer, size_t n) {
+  if (n == 0 || !buffer) return;
+  // Weights and slots may have the same length: room for both.
+  std::vector<std::shared_ptr<float[]>>& spares = spares_[n];
+  if (spares.size() < 2) {
+    spares.push_back(std::move(buffer));
+  } else {
+    spares.front() = std::move(buffer);
+  }
 }
 
 Result<ParamStore::Table*> ParamStore::FindTable(uint32_t table, size_t keys,
@@ -399,13 +431,41 @@ Status ParamStore::ApplyRows(uint32_t table, std::span<const uint64_t> keys,
       FindTable(table, keys.size(), grads.size(), "gradient");
   if (!found.ok()) return found.status();
   Table& t = **found;
+  // Rows are small: each is copied aside and updated from the copy, and put
+  // back when an update would make it non-finite.
+  row_scratch_.resize(t.stride);
+  const std::span<const float> before(row_scratch_);
+  uint64_t refused = 0, first_refused = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint64_t r = t.Touch(keys[i], seed_);
     float* row = t.Row(r);
-    optimizer_.Apply({row, t.dim}, {row + t.dim, t.stride - t.dim},
-                     grads.subspan(i * t.dim, t.dim), ++t.steps[r], lr_scale);
+    std::copy(row, row + t.stride, row_scratch_.begin());
+    if (optimizer_.Update(before.first(t.dim), before.subspan(t.dim),
+                          grads.subspan(i * t.dim, t.dim), {row, t.dim},
+                          {row + t.dim, t.stride - t.dim}, t.steps[r] + 1,
+                          lr_scale)) {
+      ++t.steps[r];
+    } else {
+      std::copy(row_scratch_.begin(), row_scratch_.end(), row);
+      if (refused++ == 0) first_refused = keys[i];
+    }
+  }
+  if (refused > 0) {
+    return Status(Code::kNonFinite,
+                  t.What() + ": the update of " + std::to_string(refused) +
+                      " row(s) (first: key " + std::to_string(first_refused) +
+                      ") would make a weight or optimizer slot non-finite "
+                      "(overflow); those rows are unchanged");
   }
   return Status::Ok();
+}
+
+std::string ParamStore::NameOf(uint32_t id) const {
+  if (auto it = tensors_.find(id); it != tensors_.end()) {
+    return it->second->name;
+  }
+  if (auto it = tables_.find(id); it != tables_.end()) return it->second->name;
+  return "id " + std::to_string(id);
 }
 
 Result<uint32_t> ParamStore::TableDim(uint32_t table) const {

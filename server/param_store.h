@@ -68,7 +68,8 @@ class ParamStore {
   Result<SharedBlock> ShareBlock(uint32_t tensor, uint32_t block);
 
   // Applies `grad` (exactly the block's length, else kInvalidArgument) with
-  // the optimizer at rate lr * lr_scale.
+  // the optimizer at rate lr * lr_scale. kNonFinite, leaving the block
+  // unchanged, when the update would make a weight or slot NaN or Inf.
   Status ApplyBlock(uint32_t tensor, uint32_t block,
                     std::span<const float> grad, float lr_scale = 1.0f);
 
@@ -78,9 +79,14 @@ class ParamStore {
   Status ReadRows(uint32_t table, std::span<const uint64_t> keys,
                   std::span<float> out);
   // Applies one gradient row per key (keys.size() * dim floats). A key
-  // repeated in `keys` is applied once per occurrence.
+  // repeated in `keys` is applied once per occurrence. A row whose update
+  // would turn a weight or slot NaN or Inf is left unchanged (the others
+  // are applied), and the result is kNonFinite naming how many.
   Status ApplyRows(uint32_t table, std::span<const uint64_t> keys,
                    std::span<const float> grads, float lr_scale = 1.0f);
+
+  // The name of tensor or table `id`, or "id N" when there is none.
+  std::string NameOf(uint32_t id) const;
 
   // Row width of `table`, or kNotFound.
   Result<uint32_t> TableDim(uint32_t table) const;
@@ -129,9 +135,17 @@ class ParamStore {
   Result<Table*> FindTable(uint32_t table, size_t keys, size_t floats,
                            const char* buffer);
 
+  // Buffers of `n` floats for ApplyBlock to write into: one per length, so
+  // a steady run of updates allocates nothing.
+  std::shared_ptr<float[]> TakeSpare(size_t n);
+  void GiveSpare(std::shared_ptr<float[]> buffer, size_t n);
+
   const uint64_t seed_;
   const uint32_t block_size_;
   const Optimizer optimizer_;
+
+  std::unordered_map<size_t, std::vector<std::shared_ptr<float[]>>> spares_;
+  std::vector<float> row_scratch_;  // ApplyRows' copy of one row
 
   std::unordered_map<uint32_t, std::unique_ptr<Tensor>> tensors_;
   std::unordered_map<uint32_t, std::unique_ptr<Table>> tables_;

@@ -1,6 +1,8 @@
 #include "server/run_settings.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <random>
 #include <sstream>
 
 namespace tether {
@@ -19,18 +21,33 @@ RunSettings SettingsFromOptions(const ServerOptions& options) {
   s.heartbeat_ms = options.heartbeat_ms;
   s.backup_workers = options.backup_workers;
   s.staleness_lr = options.staleness_lr;
+  s.keep_checkpoints = options.keep_checkpoints;
+  s.resume_fallback = options.resume == "latest";
   return s;
+}
+
+std::string NewRunId() {
+  std::random_device random;
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    char part[9];
+    std::snprintf(part, sizeof(part), "%08x", random());
+    id += part;
+  }
+  return id;
 }
 
 flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
     flatbuffers::FlatBufferBuilder& fbb, const RunSettings& s) {
   auto optimizer = fbb.CreateString(OptimizerName(s.optimizer.kind));
+  auto run_id = fbb.CreateString(s.run_id);
   return wire::CreateRunConfig(
       fbb, s.seed, s.num_shards, s.num_workers, s.max_staleness,
       s.reject_staleness, s.block_size, s.checkpoint_every, s.resume_round,
       optimizer, s.optimizer.lr, s.optimizer.momentum, s.optimizer.beta1,
       s.optimizer.beta2, s.optimizer.epsilon, s.worker_timeout_ms,
-      s.backup_workers, s.staleness_lr, s.heartbeat_ms, s.shard_restart);
+      s.backup_workers, s.staleness_lr, s.heartbeat_ms, s.shard_restart, run_id,
+      s.keep_checkpoints, s.resume_fallback);
 }
 
 Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
@@ -59,8 +76,12 @@ Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
   s.backup_workers = config->backup_workers();
   s.staleness_lr = config->staleness_lr();
   s.shard_restart = config->shard_restart();
+  s.run_id = config->run_id() ? config->run_id()->str() : "";
+  s.keep_checkpoints = config->keep_checkpoints();
+  s.resume_fallback = config->resume_fallback();
   if (s.num_shards < 1 || s.num_workers < 0 || s.block_size < 1 ||
-      s.worker_timeout_ms < 0 || s.heartbeat_ms < 1 || s.backup_workers < 0) {
+      s.worker_timeout_ms < 0 || s.heartbeat_ms < 1 || s.backup_workers < 0 ||
+      s.keep_checkpoints < 1) {
     return BadFrame("run configuration out of range");
   }
   return s;

@@ -14,6 +14,11 @@
 namespace tether {
 
 struct RunSettings {
+  // Names the run: made fresh by shard 0 when a run starts, kept across
+  // resumes, stored in every shard's rounds so that a shard never serves
+  // another run's (or another shard's) data. "" in rounds written before
+  // run ids existed.
+  std::string run_id;
   uint64_t seed = 1;
   int num_shards = 1;
   int num_workers = 1;
@@ -22,6 +27,10 @@ struct RunSettings {
   uint32_t block_size = 65536;
   int64_t checkpoint_every = 0;  // clocks between rounds; 0 never
   int64_t resume_round = -1;     // the round every shard loads; -1 none
+  // With --resume latest: when a shard cannot load resume_round, the run
+  // falls back to the newest round every shard holds intact.
+  bool resume_fallback = false;
+  int keep_checkpoints = 3;  // complete rounds every shard keeps
   OptimizerOptions optimizer;
   int worker_timeout_ms = 10000;  // silent this long: evicted; 0 never
   int heartbeat_ms = 1000;        // workers' heartbeat period
@@ -32,8 +41,11 @@ struct RunSettings {
   bool shard_restart = false;
 };
 
-// The settings shard 0 takes from its own flags.
+// The settings shard 0 takes from its own flags (run_id left empty).
 RunSettings SettingsFromOptions(const ServerOptions& options);
+
+// A fresh run id: 128 random bits as 32 hex digits.
+std::string NewRunId();
 
 flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
     flatbuffers::FlatBufferBuilder& fbb, const RunSettings& settings);

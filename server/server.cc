@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <optional>
 
 #include "schema/log.h"
 
@@ -78,17 +79,43 @@ Status Server::Start() {
   });
   if (options_.shard_id == 0) {
     RunSettings settings = SettingsFromOptions(options_);
+    settings.run_id = NewRunId();
+    std::optional<ShardSnapshot> resume_from;
+    std::vector<int64_t> complete;
     if (!options_.resume.empty()) {
-      auto round = PickResumeRound();
-      if (!round.ok()) return round.status();
-      settings.resume_round = *round;
+      auto picked = PickResumeRound(&settings, &complete);
+      if (!picked.ok()) return picked.status();
+      resume_from = std::move(*picked);
     }
     shard_ = std::make_unique<Shard>(0, settings, options_.max_frame_bytes);
     shard_->SetLimits(options_.max_keys, options_.max_waiting);
     coordinator_ = MakeCoordinator(*shard_, address_);
     coordinator_->OnRoundComplete(
         [this](int64_t round, uint64_t bytes) { RecordRound(round, bytes); });
+    if (resume_from) {
+      TETHER_RETURN_IF_ERROR(
+          shard_->Restore(*resume_from)
+              .WithContext("--resume: round " +
+                           std::to_string(settings.resume_round)));
+      TETHER_LOG(kInfo) << "shard 0 loaded checkpoint round "
+                        << settings.resume_round << " (clock "
+                        << resume_from->min_clock << ") from "
+                        << options_.data_dir
+                        << "; waiting for every shard to load it";
+      Coordinator::ResumeHooks hooks;
+      hooks.load_local = [this](int64_t round) { return LoadRound(round); };
+      hooks.failed = [this](const Status& why) { Fail(why); };
+      hooks.resumed = [this](int64_t round) {
+        if (dashboard_) return dashboard_->monitor().OnResumed(round);
+        TETHER_LOG(kInfo) << "resumed from checkpoint round " << round
+                          << ": every shard loaded it";
+      };
+      coordinator_->StartResume(settings.resume_round, std::move(complete),
+                                std::move(hooks));
+    }
   } else {
+    coordinator_lost_timer_ =
+        std::make_unique<asio::steady_timer>(asio::make_strand(io_));
     TETHER_RETURN_IF_ERROR(RegisterWithCoordinator());
   }
   TETHER_RETURN_IF_ERROR(SetUpCheckpoints());
@@ -103,6 +130,7 @@ Status Server::Start() {
     stats_timer_ = std::make_unique<asio::steady_timer>(asio::make_strand(io_));
     SendStats();
   }
+  StartCheckpointer();
   eviction_timer_ =
       std::make_unique<asio::steady_timer>(asio::make_strand(io_));
   CheckSilence();
@@ -173,7 +201,11 @@ Status Server::RegisterWithCoordinator() {
           return answer->set_value(second.status());
         }
         if (answered->exchange(true)) {
-          if (const auto* done = m.body_as_RoundComplete()) {
+          if (const auto* load = m.body_as_LoadRound()) {
+            (void)LoadAndReport(load->round());
+          } else if (const auto* error = m.body_as_Error()) {
+            Fail(StatusFromError(*error, peer));
+          } else if (const auto* done = m.body_as_RoundComplete()) {
             PruneRounds(done->round());
           } else if (const auto* take = m.body_as_TakeRound()) {
             auto round = shard_->CheckpointNow(take->round());
@@ -203,6 +235,7 @@ Status Server::RegisterWithCoordinator() {
                           (why.ok() ? "" : ": " + why.message())));
         } else if (*welcomed && !stopping_) {
           TETHER_LOG(kWarning) << "lost the " << peer;
+          OnCoordinatorLost();
         }
       });
   HelloFields hello;
@@ -230,84 +263,192 @@ Status Server::RegisterWithCoordinator() {
   return Status::Ok();
 }
 
-Status Server::OpenStore() {
+Status Server::OpenStore(CheckpointStore::OpenMode mode) {
   if (store_) return Status::Ok();
-  std::error_code ec;
-  std::filesystem::create_directories(options_.data_dir, ec);
-  if (ec) {
-    return Status(Code::kIoError, "--data-dir: cannot create " +
-                                      options_.data_dir + ": " + ec.message());
-  }
-  auto store = CheckpointStore::Open(options_.data_dir);
+  auto store = CheckpointStore::Open(options_.data_dir, mode);
   if (!store.ok()) return store.status().WithContext("--data-dir");
   store_ = std::move(*store);
   return Status::Ok();
 }
 
-Result<int64_t> Server::PickResumeRound() {
-  TETHER_RETURN_IF_ERROR(OpenStore());
+void Server::StartCheckpointer() {
+  if (!store_ || !shard_ || checkpointer_) return;
+  // Periodic rounds when checkpoint_every > 0, and rounds on demand.
+  checkpointer_ = std::make_unique<Checkpointer>(
+      store_.get(),
+      [this](int64_t round, const Result<uint64_t>& written, double seconds) {
+        OnRoundWritten(round, written, seconds);
+      });
+  shard_->EnableCheckpoints(checkpointer_.get());
+}
+
+Result<ShardSnapshot> Server::ReadRound(int64_t round, const RunSettings& run) {
+  auto snapshot = store_->ReadShard(round);
+  if (!snapshot.ok()) return snapshot.status();
+  std::string mismatch = IdentityMismatch(*snapshot, options_.shard_id, run);
+  if (!mismatch.empty()) {
+    return InvalidArgument(
+        "checkpoint dir " + options_.data_dir + ": round " +
+        std::to_string(round) + " is not shard " +
+        std::to_string(options_.shard_id) +
+        "'s slice of this run, so it is not served: " + mismatch);
+  }
+  return snapshot;
+}
+
+Result<ShardSnapshot> Server::PickResumeRound(RunSettings* settings,
+                                              std::vector<int64_t>* complete) {
+  TETHER_RETURN_IF_ERROR(
+      OpenStore(CheckpointStore::OpenMode::kExisting).WithContext("--resume"));
   auto rounds = store_->CompleteRounds();
   if (!rounds.ok()) return rounds.status();
   if (rounds->empty()) {
     return NotFound("--resume: no complete checkpoint round in " +
                     options_.data_dir);
   }
-  const RoundRecord* chosen = &rounds->back();
-  if (options_.resume != "latest") {
-    const int64_t wanted = std::strtoll(options_.resume.c_str(), nullptr, 10);
-    chosen = nullptr;
-    std::string complete;
-    for (const RoundRecord& r : *rounds) {
-      if (r.round == wanted) chosen = &r;
-      complete += (complete.empty() ? "" : ", ") + std::to_string(r.round);
-    }
-    if (chosen == nullptr) {
-      return NotFound("--resume: round " + options_.resume +
-                      " is not a complete round in " + options_.data_dir +
-                      " (complete: " + complete + ")");
+  const bool latest = options_.resume == "latest";
+  std::vector<const RoundRecord*> candidates;  // newest first
+  for (auto it = rounds->rbegin(); it != rounds->rend(); ++it) {
+    if (latest || std::to_string(it->round) == options_.resume) {
+      candidates.push_back(&*it);
     }
   }
-  std::string mismatch =
-      SettingsMismatch(chosen->settings, SettingsFromOptions(options_));
+  if (candidates.empty()) {
+    std::string listed;
+    for (const RoundRecord& r : *rounds) {
+      listed += (listed.empty() ? "" : ", ") + std::to_string(r.round);
+    }
+    return NotFound("--resume: round " + options_.resume +
+                    " is not a complete round in " + options_.data_dir +
+                    " (complete: " + listed + ")");
+  }
+  std::string mismatch = SettingsMismatch(candidates[0]->settings, *settings);
   if (!mismatch.empty()) {
-    return InvalidArgument("--resume: round " + std::to_string(chosen->round) +
+    return InvalidArgument("--resume: round " +
+                           std::to_string(candidates[0]->round) +
                            " does not fit this run: " + mismatch);
   }
-  return chosen->round;
+  Status last;
+  for (const RoundRecord* record : candidates) {
+    RunSettings run = *settings;
+    run.run_id = record->settings.run_id;
+    run.resume_round = record->round;
+    auto snapshot = ReadRound(record->round, run);
+    if (!snapshot.ok()) {
+      last = snapshot.status();
+      if (!latest) break;
+      TETHER_LOG(kError) << "--resume latest: shard 0 cannot load round "
+                         << record->round << ": " << last.message()
+                         << "; trying the previous complete round";
+      continue;
+    }
+    if (record != candidates[0]) {
+      TETHER_LOG(kWarning) << "--resume latest: falling back to round "
+                           << record->round
+                           << ", the newest complete round shard 0 holds "
+                              "intact";
+    }
+    *settings = run;
+    for (const RoundRecord& r : *rounds) {
+      if (r.round <= record->round) complete->push_back(r.round);
+    }
+    return snapshot;
+  }
+  return last.WithContext("--resume " + options_.resume +
+                          ": shard 0 cannot load " +
+                          (latest ? "any complete round" : "the round"));
+}
+
+Status Server::LoadRound(int64_t round) {
+  TETHER_RETURN_IF_ERROR(OpenStore(CheckpointStore::OpenMode::kExisting));
+  auto snapshot = ReadRound(round, shard_->settings());
+  if (!snapshot.ok()) return snapshot.status();
+  TETHER_RETURN_IF_ERROR(shard_->Restore(*snapshot).WithContext(
+      "checkpoint dir " + options_.data_dir + ": round " +
+      std::to_string(round)));
+  StartCheckpointer();
+  TETHER_LOG(kInfo) << "shard " << options_.shard_id
+                    << " loaded checkpoint round " << round << " (clock "
+                    << snapshot->min_clock << ") from " << options_.data_dir;
+  return Status::Ok();
+}
+
+std::vector<int64_t> Server::IntactRounds() {
+  std::vector<int64_t> intact;
+  if (!store_) return intact;
+  auto rounds = store_->ShardRounds();
+  if (!rounds.ok()) return intact;
+  for (int64_t round : *rounds) {
+    if (ReadRound(round, shard_->settings()).ok()) intact.push_back(round);
+  }
+  return intact;
+}
+
+Status Server::LoadAndReport(int64_t round) {
+  Status loaded = LoadRound(round);
+  std::vector<int64_t> intact;
+  if (!loaded.ok()) {
+    TETHER_LOG(kError) << "cannot load checkpoint round " << round << ": "
+                       << loaded.message();
+    intact = IntactRounds();
+  }
+  flatbuffers::FlatBufferBuilder fbb(256);
+  auto error = fbb.CreateString(loaded.ok() ? "" : loaded.message());
+  auto rounds = fbb.CreateVector(intact);
+  coordinator_link_->Send(FinishFrame(
+      fbb,
+      wire::CreateResumeResult(fbb, options_.shard_id, round, error, rounds)));
+  return loaded;
 }
 
 Status Server::SetUpCheckpoints() {
   const RunSettings& settings = shard_->settings();
-  const bool needed =
-      settings.checkpoint_every > 0 || settings.resume_round >= 0;
+  const bool resuming = settings.resume_round >= 0;
+  const bool needed = settings.checkpoint_every > 0 || resuming;
   if (!needed && options_.data_dir.empty()) return Status::Ok();
   if (options_.data_dir.empty()) {
     return InvalidArgument(
         "--data-dir: required: this run writes or resumes checkpoints");
   }
-  TETHER_RETURN_IF_ERROR(OpenStore());
-  if (settings.resume_round >= 0) {
-    auto snapshot = store_->ReadShard(settings.resume_round);
-    if (!snapshot.ok()) {
-      return snapshot.status().WithContext(
-          "--resume: shard " + std::to_string(options_.shard_id) +
-          " cannot load round " + std::to_string(settings.resume_round) +
-          " from " + options_.data_dir);
-    }
-    TETHER_RETURN_IF_ERROR(shard_->Restore(*snapshot).WithContext(
-        "--resume: round " + std::to_string(settings.resume_round)));
-    TETHER_LOG(kInfo) << "resumed from checkpoint round "
-                      << settings.resume_round;
+  if (coordinator_ || !resuming) {
+    // Shard 0 has opened its store already when it resumes.
+    return OpenStore(CheckpointStore::OpenMode::kCreate);
   }
-  {  // periodic rounds when checkpoint_every > 0, and rounds on demand
-    checkpointer_ = std::make_unique<Checkpointer>(
-        store_.get(),
-        [this](int64_t round, const Result<uint64_t>& written, double seconds) {
-          OnRoundWritten(round, written, seconds);
-        });
-    shard_->EnableCheckpoints(checkpointer_.get());
+  // Whether the run can start from this is the coordinator's call: it may
+  // fall back to an older round (LoadRound) or refuse the run (Error). A
+  // restarted shard rejoins a running run, which cannot wait for it.
+  Status loaded = LoadAndReport(settings.resume_round);
+  if (!loaded.ok() && settings.shard_restart) {
+    return loaded.WithContext("restarted shard");
   }
   return Status::Ok();
+}
+
+void Server::OnCoordinatorLost() {
+  const RunSettings& settings = shard_->settings();
+  const int wait_ms = settings.worker_timeout_ms > 0
+                          ? settings.worker_timeout_ms
+                          : std::max(options_.connect_timeout_ms, 1000);
+  coordinator_lost_timer_->expires_after(std::chrono::milliseconds(wait_ms));
+  coordinator_lost_timer_->async_wait(
+      [this, wait_ms](const boost::system::error_code& ec) {
+        if (ec || stopping_) return;
+        Fail(Unavailable(
+            "the coordinator (shard 0 at " + options_.coordinator +
+            ") has been gone for " + std::to_string(wait_ms) +
+            " ms (the run's --worker-timeout-ms): this shard stops, since a "
+            "coordinator cannot rejoin a running run; start every shard "
+            "again with --resume latest"));
+      });
+}
+
+void Server::Fail(const Status& why) {
+  {
+    std::lock_guard lock(sessions_mu_);
+    if (failure_.ok()) failure_ = why;
+  }
+  TETHER_LOG(kError) << why.message();
+  Stop();
 }
 
 void Server::OnRoundWritten(int64_t round, const Result<uint64_t>& written,
@@ -354,7 +495,8 @@ void Server::RecordRound(int64_t round, uint64_t bytes) {
 
 void Server::PruneRounds(int64_t newest_complete) {
   if (!store_) return;
-  if (Status s = store_->Prune(options_.keep_checkpoints, newest_complete);
+  if (Status s =
+          store_->Prune(shard_->settings().keep_checkpoints, newest_complete);
       !s.ok()) {
     TETHER_LOG(kWarning) << "pruning checkpoints: " << s.message();
   }
@@ -405,11 +547,13 @@ void Server::OnAccept(const boost::system::error_code& ec, tcp::socket socket) {
   DoAccept();
 }
 
-void Server::Run() {
+Status Server::Run() {
   for (std::thread& t : threads_) {
     if (t.joinable()) t.join();
   }
   threads_.clear();
+  std::lock_guard lock(sessions_mu_);
+  return failure_;
 }
 
 void Server::Stop() {
@@ -419,7 +563,8 @@ void Server::Stop() {
     acceptor_.close(ignored);
     signals_.cancel(ignored);
     if (coordinator_link_) coordinator_link_->Close();
-    for (auto* timer : {stats_timer_.get(), eviction_timer_.get()}) {
+    for (auto* timer : {stats_timer_.get(), eviction_timer_.get(),
+                        coordinator_lost_timer_.get()}) {
       if (timer)
         asio::post(timer->get_executor(), [timer] { timer->cancel(); });
     }

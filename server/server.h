@@ -43,7 +43,10 @@ class Server {
   const std::string& address() const { return address_; }
 
   // Blocks until the server stops; returns after every thread has joined.
-  void Run();
+  // OK after Stop(), SIGINT or SIGTERM; the reason when the server stopped
+  // itself because the run cannot go on (it could not resume, or a shard
+  // > 0 lost its coordinator for longer than the run's timeout).
+  Status Run();
   void Stop();
 
  private:
@@ -51,8 +54,30 @@ class Server {
   Status RegisterWithCoordinator();
   // Opens the data dir, loads the round to resume, starts the writer.
   Status SetUpCheckpoints();
-  Status OpenStore();  // creates --data-dir as needed
-  Result<int64_t> PickResumeRound();
+  // Opens --data-dir once; kCreate makes a store in a missing or empty
+  // directory. Starts the checkpoint writer.
+  Status OpenStore(CheckpointStore::OpenMode mode);
+  // Shard 0: the complete round --resume names that shard 0 can load (with
+  // latest, the newest such), read and checked; sets settings->run_id and
+  // resume_round from its record and fills `complete` with the complete
+  // rounds up to it.
+  Result<ShardSnapshot> PickResumeRound(RunSettings* settings,
+                                        std::vector<int64_t>* complete);
+  // Reads `round` from --data-dir and checks that it is this shard's slice
+  // of the run `run` describes (IdentityMismatch).
+  Result<ShardSnapshot> ReadRound(int64_t round, const RunSettings& run);
+  // ReadRound, then loads it into the shard.
+  Status LoadRound(int64_t round);
+  void StartCheckpointer();  // once the store and the shard are there
+  // Rounds this shard can load (read and checked), ascending.
+  std::vector<int64_t> IntactRounds();
+  // Shards > 0: loads `round` and tells the coordinator how it went.
+  Status LoadAndReport(int64_t round);
+  // The coordinator link closed: a shard > 0 waits the run's timeout, then
+  // stops with an error (the coordinator cannot come back to this run).
+  void OnCoordinatorLost();
+  // Stops the server; Run() returns `why`.
+  void Fail(const Status& why);
   void OnRoundWritten(int64_t round, const Result<uint64_t>& written,
                       double seconds);
   void RecordRound(int64_t round, uint64_t bytes);  // shard 0
@@ -81,10 +106,12 @@ class Server {
   std::unique_ptr<Dashboard> dashboard_;             // shard 0 with --http
   std::unique_ptr<asio::steady_timer> stats_timer_;  // shards > 0
   std::unique_ptr<asio::steady_timer> eviction_timer_;
+  std::unique_ptr<asio::steady_timer> coordinator_lost_timer_;  // shards > 0
 
   std::mutex sessions_mu_;
   std::vector<std::weak_ptr<Session>> sessions_;  // guarded by sessions_mu_
   std::atomic<bool> stopping_{false};
+  Status failure_;  // guarded by sessions_mu_; what Run() returns
   // Last, so it stops (finishing a write) before what it reports to.
   std::unique_ptr<Checkpointer> checkpointer_;
 };

@@ -69,6 +69,18 @@ void Session::Deliver(Frame frame) {
                                        w->seconds(),
                                        w->error() ? w->error()->str() : ""});
   }
+  if (const wire::ResumeResult* r = message.body_as_ResumeResult()) {
+    if (peer_.role != wire::Role::Shard || coordinator_ == nullptr) {
+      return conn_->Send(MakeErrorFrame(
+          0, ProtocolError("only shards report resuming a round")));
+    }
+    std::vector<int64_t> intact;
+    if (r->intact() != nullptr) {
+      intact.assign(r->intact()->begin(), r->intact()->end());
+    }
+    return coordinator_->ShardResumed(
+        peer_.rank, r->round(), r->error() ? r->error()->str() : "", intact);
+  }
   if (const wire::DataRequest* data = message.body_as_DataRequest()) {
     return OnDataRequest(*data);
   }

@@ -1,6 +1,7 @@
 #include "server/shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "schema/log.h"
@@ -334,8 +335,23 @@ Status Shard::CheckDensePush(const wire::Push& m) {
                              " has " + std::to_string(got) +
                              " values, expected " + std::to_string(expected));
     }
+    TETHER_RETURN_IF_ERROR(CheckFinite(
+        m, {block->values()->data(), block->values()->size()},
+        " block " + std::to_string(block->index()), block->index() * bs));
   }
   return Status::Ok();
+}
+
+Status Shard::CheckFinite(const wire::Push& m, std::span<const float> values,
+                          const std::string& part, uint64_t first_index) {
+  if (AllFinite(values)) return Status::Ok();
+  const size_t bad = FirstNonFinite(values);
+  return Status(Code::kNonFinite,
+                "push to tensor '" + store_.NameOf(m.tensor()) + "'" + part +
+                    " (read at clock " + std::to_string(m.read_clock()) +
+                    ") holds " + (std::isnan(values[bad]) ? "NaN" : "Inf") +
+                    " at element " + std::to_string(first_index + bad) +
+                    "; refused, nothing applied");
 }
 
 Status Shard::CheckSparsePush(const wire::Push& m) {
@@ -353,7 +369,8 @@ Status Shard::CheckSparsePush(const wire::Push& m) {
                            " values for " + std::to_string(keys) +
                            " keys of width " + std::to_string(*dim));
   }
-  return Status::Ok();
+  if (rows == 0) return Status::Ok();
+  return CheckFinite(m, {m.rows()->data(), m.rows()->size()}, "", 0);
 }
 
 void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
@@ -361,6 +378,7 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   std::unique_lock lock(mu_);
   Status s = m.sparse() ? CheckSparsePush(m) : CheckDensePush(m);
   if (!s.ok()) {
+    CountNonFiniteLocked(peer, s);
     lock.unlock();
     return conn.Send(MakeErrorFrame(m.request_id(), s));
   }
@@ -399,22 +417,42 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
     if (m.rows() != nullptr) rows = {m.rows()->data(), m.rows()->size()};
     s = store_.ApplyRows(m.tensor(), keys, rows, lr_scale);
   } else {
+    // An update refused as overflowing leaves its block unchanged; the
+    // push's other blocks still apply, and the worker hears of the first.
     for (const wire::Block* block : *m.blocks()) {
-      s = store_.ApplyBlock(
+      Status applied = store_.ApplyBlock(
           m.tensor(), block->index(),
           std::span(block->values()->data(), block->values()->size()),
           lr_scale);
-      if (!s.ok()) break;  // checked above; only an internal error lands here
+      if (s.ok()) s = applied;
     }
   }
   ++pushes_;
   ++staleness_histogram_[std::min<int64_t>(staleness, kStalenessBuckets - 1)];
   staleness_sum_ += staleness;
+  CountNonFiniteLocked(peer, s);
   lock.unlock();
   if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
   flatbuffers::FlatBufferBuilder fbb(64);
   conn.Send(
       FinishFrame(fbb, wire::CreatePushAck(fbb, m.request_id(), staleness)));
+}
+
+void Shard::CountNonFiniteLocked(const PeerInfo& peer, const Status& s) {
+  if (s.code() != Code::kNonFinite) return;
+  uint64_t count = 1;
+  if (peer.role == wire::Role::Worker && peer.rank >= 0 &&
+      peer.rank < static_cast<int>(reports_.size())) {
+    count = ++reports_[peer.rank].nonfinite_pushes;
+  }
+  // A diverged worker may push NaN every step: its count tells the rest.
+  if (count == 1 || count % 1000 == 0) {
+    TETHER_LOG(kWarning) << (peer.role == wire::Role::Worker
+                                 ? "worker " + std::to_string(peer.rank)
+                                 : std::string("an observer"))
+                         << " (" << count
+                         << " non-finite so far): " << s.message();
+  }
 }
 
 void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
@@ -551,10 +589,9 @@ Status Shard::Restore(const ShardSnapshot& snapshot) {
   std::lock_guard lock(mu_);
   TETHER_RETURN_IF_ERROR(store_.Restore(snapshot.tensors, snapshot.tables));
   // Workers resume together from the round's clock: that is the state the
-  // weights hold (with s = 0 exactly, later pushes were still staged).
-  for (int r = 0; r < clocks_.num_workers(); ++r) {
-    (void)clocks_.Advance(r, snapshot.min_clock);
-  }
+  // weights hold (with s = 0 exactly, later pushes were still staged). From
+  // fresh clocks, since a resume that falls back loads an older round.
+  clocks_.Restart(snapshot.min_clock);
   const int64_t k = settings_.checkpoint_every;
   if (k > 0) next_round_clock_ = snapshot.min_clock + k;
   return Status::Ok();
@@ -607,13 +644,14 @@ void Shard::ApplyStagedLocked() {
         for (uint32_t block : p.blocks) {
           if (!size.ok()) break;
           size_t n = std::min(bs, *size - uint64_t{block} * bs);
-          s = store_.ApplyBlock(p.tensor, block,
-                                std::span(p.values.data() + at, n));
+          Status applied = store_.ApplyBlock(
+              p.tensor, block, std::span(p.values.data() + at, n));
           at += n;
-          if (!s.ok()) break;
+          if (s.ok()) s = applied;
         }
       }
       if (!s.ok()) {
+        if (s.code() == Code::kNonFinite) ++reports_[p.rank].nonfinite_pushes;
         TETHER_LOG(kError) << "staged push of worker " << p.rank
                            << " failed: " << s.message();
       }

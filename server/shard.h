@@ -97,7 +97,8 @@ class Shard {
   // kUnavailable when no checkpoints are set up or a write is in progress.
   Result<int64_t> CheckpointNow(int64_t round);
   // Loads a round's slice: parameters, optimizer state, and every worker's
-  // clock set to the round's clock (workers continue from there).
+  // clock set to the round's clock (workers continue from there). Before
+  // workers join only: it replaces whatever was loaded before.
   Status Restore(const ShardSnapshot& snapshot);
   // Every worker's clock and latest reported position, for round records.
   std::vector<WorkerPosition> WorkerPositions();
@@ -125,6 +126,12 @@ class Shard {
                               const std::vector<uint32_t>& blocks, size_t keys);
   Status CheckDensePush(const wire::Push& m);
   Status CheckSparsePush(const wire::Push& m);
+  // kNonFinite naming the tensor, `part`, the element (`first_index` plus
+  // its place in `values`) and the push's clock, when a value is NaN/Inf.
+  Status CheckFinite(const wire::Push& m, std::span<const float> values,
+                     const std::string& part, uint64_t first_index);
+  // Counts a push refused as non-finite against its worker, and logs it.
+  void CountNonFiniteLocked(const PeerInfo& peer, const Status& s);
 
   // Constant after construction.
   const int shard_id_;
@@ -182,7 +189,8 @@ class Shard {
   Checkpointer* checkpointer_ = nullptr;  // set before serving
   int64_t next_round_clock_ = 0;
   std::map<int64_t, std::vector<StagedPush>> staged_;
-  // The latest WorkerReport of each worker (shard 0 receives them).
+  // The latest WorkerReport of each worker (shard 0 receives them), and on
+  // every shard the count of its pushes refused as non-finite.
   std::vector<ShardStats::Worker> reports_;
   uint64_t reports_received_ = 0;
   std::array<uint64_t, kStalenessBuckets> staleness_histogram_{};

@@ -262,5 +262,40 @@ TEST_F(Auth, ShardListensBeyondLoopbackOnlyWithAKeyOrInsecure) {
       Contains(output, "--auth-key-file " + dir_.path() + "/missing.key"));
 }
 
+// The dashboard follows the shard's rule: beyond loopback only with its
+// token, or with --insecure and a loud warning.
+TEST_F(Auth, DashboardServesBeyondLoopbackOnlyWithATokenOrInsecure) {
+  std::string output;
+  auto code = RunToExit(
+      {TETHER_SERVER_BIN, "--listen", "127.0.0.1:0", "--http", "0.0.0.0:0"},
+      &output, 20000);
+  ASSERT_TRUE(code.ok());
+  EXPECT_NE(*code, 0);
+  EXPECT_TRUE(Contains(output, "--http 0.0.0.0:0 is not a loopback address"));
+  EXPECT_TRUE(Contains(output, "--http-token-file"));
+  EXPECT_TRUE(Contains(output, "--insecure"));
+  EXPECT_FALSE(Contains(output, "dashboard at http://"));
+
+  auto tokened = Process::Start(
+      {TETHER_SERVER_BIN, "--listen", "127.0.0.1:0", "--http", "0.0.0.0:0",
+       "--http-token-file", dir_.path() + "/dashboard.token"},
+      dir_.path() + "/tokened.log");
+  ASSERT_TRUE(tokened.ok());
+  EXPECT_TRUE(
+      (*tokened)->WaitForLine("dashboard at http://0.0.0.0:", 10000).ok())
+      << (*tokened)->Log();
+
+  auto insecure = Process::Start({TETHER_SERVER_BIN, "--listen", "127.0.0.1:0",
+                                  "--http", "0.0.0.0:0", "--insecure"},
+                                 dir_.path() + "/insecure.log");
+  ASSERT_TRUE(insecure.ok());
+  EXPECT_TRUE(
+      (*insecure)->WaitForLine("dashboard at http://0.0.0.0:", 10000).ok())
+      << (*insecure)->Log();
+  EXPECT_TRUE(Contains((*insecure)->Log(),
+                       "dashboard: no --http-token-file (--insecure): anyone "
+                       "who reaches 0.0.0.0:"));
+}
+
 }  // namespace
 }  // namespace tether

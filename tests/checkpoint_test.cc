@@ -15,6 +15,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -510,4 +512,118 @@ TEST(Checkpoint, FullDiskIsAnErrorNotACrash) {
 }
 
 }  // namespace
+// --- Opening safely ----------------------------------------------------------
+
+// Every file in `dir` with its bytes.
+std::map<std::string, std::string> DirFiles(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(e.path(), std::ios::binary);
+    files[e.path().filename().string()] =
+        std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  return files;
+}
+
+TEST(Checkpoint, OpenNeverStartsANewStoreOverAnOldOne) {
+  TempDir dir;
+  const std::string db = dir.path() + "/db";
+  {
+    std::unique_ptr<CheckpointStore> store = OpenOrDie(db);
+    ASSERT_TRUE(store->WriteShard(SmallSnapshot(7)).ok());
+  }
+  std::filesystem::remove(db + "/CURRENT");
+  const auto before = DirFiles(db);
+  for (auto mode : {CheckpointStore::OpenMode::kCreate,
+                    CheckpointStore::OpenMode::kExisting}) {
+    auto store = CheckpointStore::Open(db, mode);
+    ASSERT_FALSE(store.ok());
+    const std::string& m = store.status().message();
+    EXPECT_TRUE(Contains(m, db)) << m;
+    EXPECT_TRUE(Contains(m, "CURRENT file is missing")) << m;
+    EXPECT_TRUE(Contains(m, "nothing was changed")) << m;
+    EXPECT_TRUE(Contains(m, "echo MANIFEST-")) << m;
+    EXPECT_EQ(DirFiles(db), before);
+  }
+  EXPECT_FALSE(CheckpointStore::OpenReadOnly(db).ok());
+  EXPECT_EQ(DirFiles(db), before);
+
+  // CURRENT naming a MANIFEST that is gone.
+  std::ofstream(db + "/CURRENT") << "MANIFEST-999999\n";
+  auto named = CheckpointStore::Open(db);
+  ASSERT_FALSE(named.ok());
+  EXPECT_TRUE(Contains(named.status().message(), "names 'MANIFEST-999999'"))
+      << named.status().message();
+
+  // Files that are no store at all.
+  const std::string other = dir.path() + "/other";
+  std::filesystem::create_directories(other);
+  std::ofstream(other + "/notes.txt") << "mine";
+  auto foreign = CheckpointStore::Open(other);
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_TRUE(Contains(foreign.status().message(), "no RocksDB CURRENT"))
+      << foreign.status().message();
+  EXPECT_EQ(DirFiles(other).size(), 1u);
+
+  // Resuming creates nothing: neither a missing directory nor a store in an
+  // empty one.
+  const std::string missing = dir.path() + "/missing";
+  auto none =
+      CheckpointStore::Open(missing, CheckpointStore::OpenMode::kExisting);
+  EXPECT_EQ(none.status().code(), Code::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(missing));
+  std::filesystem::create_directories(missing);
+  none = CheckpointStore::Open(missing, CheckpointStore::OpenMode::kExisting);
+  EXPECT_EQ(none.status().code(), Code::kNotFound);
+  EXPECT_TRUE(std::filesystem::is_empty(missing));
+}
+
+TEST(Checkpoint, ChecksumErrorInSlotsIsReportedAsCorruption) {
+  TempDir dir;
+  ShardSnapshot snapshot = SmallSnapshot(3);
+  snapshot.settings = Settings(OptimizerKind::kAdam, 4);
+  snapshot.tensors[0].blocks[0].slots = {0.1f, 0.2f, 0.3f, 0.4f};
+  {
+    std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+    ASSERT_TRUE(store->WriteShard(snapshot).ok());
+  }
+  std::vector<std::string> slot_files;
+  {
+    RawCheckpointDb raw(dir.path(), /*read_only=*/false);
+    ASSERT_TRUE(raw.status().ok()) << raw.status().ToString();
+    ASSERT_TRUE(raw.FlushAll().ok());
+    slot_files = raw.SstFiles("slots");
+  }
+  ASSERT_FALSE(slot_files.empty());
+  for (const std::string& path : slot_files) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    char c = 0;
+    f.seekg(10);
+    f.get(c);
+    f.seekp(10);
+    f.put(static_cast<char>(~c));
+  }
+  std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+  Result<ShardSnapshot> read = store->ReadShard(3);
+  ASSERT_FALSE(read.ok());
+  const std::string& m = read.status().message();
+  EXPECT_TRUE(Contains(m, "reading optimizer slots")) << m;
+  EXPECT_TRUE(Contains(m, "Corruption")) << m;
+  EXPECT_FALSE(Contains(m, "has no optimizer slots")) << m;
+}
+
+TEST(Checkpoint, IdentityMismatchNamesEveryDifference) {
+  ShardSnapshot snapshot = SmallSnapshot(3);
+  snapshot.shard_id = 0;
+  snapshot.settings.run_id = "aaaa";
+  RunSettings run = snapshot.settings;
+  EXPECT_EQ(IdentityMismatch(snapshot, 0, run), "");
+  run.run_id = "bbbb";
+  run.seed = 9;
+  const std::string m = IdentityMismatch(snapshot, 1, run);
+  EXPECT_TRUE(Contains(m, "shard id 0 in the round, 1 here")) << m;
+  EXPECT_TRUE(Contains(m, "run id aaaa in the round, bbbb here")) << m;
+  EXPECT_TRUE(Contains(m, "seed 42 in the round, 9 here")) << m;
+}
+
 }  // namespace tether

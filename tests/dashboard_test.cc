@@ -310,12 +310,23 @@ TEST_F(Dashboard, WebSocketSendsSnapshotThenOnlyNewPoints) {
 }
 
 // A raw TCP connection to the dashboard, for requests no client library
-// would send.
+// would send. `from`: the address to connect from (on Linux all of 127/8 is
+// loopback, so 127.0.0.2 is another client on the same host); empty: the
+// kernel's choice.
 class RawConnection {
  public:
-  explicit RawConnection(const std::string& address) {
+  explicit RawConnection(const std::string& address,
+                         const std::string& from = "") {
     auto hp = ParseHostPort(address, "dashboard");
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (!from.empty()) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      inet_pton(AF_INET, from.c_str(), &local.sin_addr);
+      if (bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) {
+        return;
+      }
+    }
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
     sa.sin_port = htons(hp->port);
@@ -440,6 +451,101 @@ TEST_F(Dashboard, ClientsOverTheCapAreAnswered503) {
   EXPECT_TRUE(Eventually(
       [&] { return Fetch("GET", "/api/status").status == 200; }, 5000));
   ASSERT_TRUE(held[0]->Read(3000).ok()) << "a held client lost its updates";
+}
+
+// Idle sockets from one address cannot take every place: past
+// --http-max-clients-per-address (16 by default) that address is answered
+// 503 at once and logged once, so as many idle sockets as the global cap
+// from it leave room for others: another address is served at once, not
+// 503 for the whole --http-timeout-ms.
+TEST_F(Dashboard, OneAddressCannotTakeEveryPlace) {
+  constexpr int kPerAddress = 16, kCap = 20;
+  ASSERT_NO_FATAL_FAILURE(
+      StartCluster(1, 1,
+                   {"--dashboard-interval-ms", "1000", "--http-timeout-ms",
+                    "20000", "--http-max-clients", std::to_string(kCap)}));
+  const std::string kHog = "127.0.0.2";
+  // Accepted in order: the first 16 hold places, the rest find them held.
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < kCap; ++i) {
+    idle.push_back(
+        std::make_unique<RawConnection>(cluster_->dashboard(), kHog));
+    ASSERT_TRUE(idle.back()->connected()) << "connection " << i;
+  }
+  for (int i = kPerAddress; i < kCap; ++i) {
+    bool closed = false;
+    std::string answer = idle[i]->ReadUntilClosed(3000, &closed);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 503", 0), 0u) << i << ": " << answer;
+    EXPECT_NE(answer.find("from " + kHog + " (--http-max-clients-per-address)"),
+              std::string::npos)
+        << answer;
+    EXPECT_TRUE(closed) << i << ": a connection over the cap was kept";
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Fetch("GET", "/api/status").status, 200);
+  EXPECT_EQ(Fetch("GET", "/metrics").status, 200);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  idle.resize(kPerAddress);
+
+  // Logged naming the address, once for all its refusals.
+  ASSERT_TRUE(
+      cluster_->shard(0)
+          .WaitForLine("connections open from " + kHog +
+                           " (--http-max-clients-per-address); refusing more",
+                       3000)
+          .ok());
+  const std::string log = cluster_->shard(0).Log();
+  EXPECT_EQ(log.find("refusing more from it"),
+            log.rfind("refusing more from it"))
+      << "logged for every refusal";
+
+  // A place it gives back, it may take again.
+  idle.pop_back();
+  EXPECT_TRUE(Eventually(
+      [&] {
+        RawConnection again(cluster_->dashboard(), kHog);
+        again.Send(
+            "GET /api/status HTTP/1.1\r\nHost: x\r\nConnection: "
+            "close\r\n\r\n");
+        bool closed = false;
+        return again.ReadUntilClosed(2000, &closed).rfind("HTTP/1.1 200", 0) ==
+               0;
+      },
+      5000));
+}
+
+// Every 403 is logged like a 401: the client's address and why.
+TEST_F(Dashboard, RefusalsAreLoggedWithTheClientsAddress) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartCluster(1, 1, {"--dashboard-interval-ms", "1000"}));  // no token
+  Process& shard = cluster_->shard(0);
+
+  EXPECT_EQ(Fetch("POST", "/api/checkpoint").status, 403);
+  auto off = shard.WaitForLine("(no --http-token-file)", 3000);
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_NE(off->find("refused POST /api/checkpoint from 127.0.0.1:"),
+            std::string::npos)
+      << *off;
+
+  EXPECT_EQ(Fetch("POST", "/api/stop", "", {{"Origin", "http://evil.example"}})
+                .status,
+            403);
+  auto forged = shard.WaitForLine("(Origin http://evil.example)", 3000);
+  ASSERT_TRUE(forged.ok()) << forged.status().ToString();
+  EXPECT_NE(forged->find("refused POST /api/stop from 127.0.0.1:"),
+            std::string::npos)
+      << *forged;
+  EXPECT_NE(forged->find("cross-origin"), std::string::npos) << *forged;
+
+  auto ws = WebSocketClient::Connect(cluster_->dashboard(), "/ws",
+                                     {.origin = "http://other.example"});
+  EXPECT_FALSE(ws.ok());
+  auto foreign = shard.WaitForLine("(Origin http://other.example)", 3000);
+  ASSERT_TRUE(foreign.ok()) << foreign.status().ToString();
+  EXPECT_NE(foreign->find("refused WebSocket /ws from 127.0.0.1:"),
+            std::string::npos)
+      << *foreign;
+  EXPECT_NE(foreign->find("cross-origin"), std::string::npos) << *foreign;
 }
 
 TEST_F(Dashboard, StopEndsTheRunAndEveryWorkerExitsCleanly) {

@@ -126,6 +126,46 @@ TEST_F(Failure, StoppedWorkerIsEvictedThenRejoinsWithinTheBound) {
   EXPECT_GT(FinalAccuracy(), 70);
 }
 
+// `tether-client train` stopped past its eviction and continued finds its
+// connections silent, drops them and dials again, as tether-worker does:
+// the iteration in flight is repeated and it finishes with exit 0.
+TEST_F(Failure, StoppedTetherClientTrainRejoinsAndFinishes) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(
+      1, {"--worker-timeout-ms", "1500", "--heartbeat-ms", "200"}));
+  auto client = Process::Start(
+      {TETHER_CLIENT_BIN, "train", "--coordinator", cluster_->coordinator(),
+       "--tensor", "w", "--shape", "1000", "--iterations", "300", "--staleness",
+       "2", "--sleep-ms", "10"},
+      dir_.path() + "/client.log");
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_TRUE(Eventually([&] { return ClockOf(0) >= 20; }, 30000))
+      << Tail((*client)->Log(), 10);
+
+  (*client)->Signal(SIGSTOP);
+  for (int shard = 0; shard < 2; ++shard) {
+    ASSERT_TRUE(cluster_->shard(shard)
+                    .WaitForLine("worker 0 evicted: silent", 10000)
+                    .ok())
+        << "shard " << shard;
+  }
+  (*client)->Signal(SIGCONT);
+  for (int shard = 0; shard < 2; ++shard) {
+    EXPECT_TRUE(cluster_->shard(shard)
+                    .WaitForLine("worker 0 is back after its eviction", 10000)
+                    .ok())
+        << "shard " << shard;
+  }
+  auto code = (*client)->Wait(60000);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  const std::string log = (*client)->Log();
+  EXPECT_EQ(*code, 0) << Tail(log, 10);
+  EXPECT_NE(log.find("done, 300 iterations"), std::string::npos)
+      << Tail(log, 10);
+  // It did lose its connections on the way, and came back.
+  EXPECT_NE(log.find("reconnected to shard"), std::string::npos)
+      << Tail(log, 10);
+}
+
 TEST_F(Failure, KilledWorkerCostsAtMostOnePercentOfAccuracy) {
   double clean = 0;
   {
@@ -266,7 +306,7 @@ TEST_F(Failure, KilledShardRestartedWithResumeAndTheRunFinishes) {
                       dir_.path() + "/shard1", "--resume", "latest"},
                      dir_.path() + "/shard1-again.log");
   ASSERT_TRUE(again.ok()) << again.status().ToString();
-  auto resumed = (*again)->WaitForLine("resumed from checkpoint round", 10000);
+  auto resumed = (*again)->WaitForLine("loaded checkpoint round", 10000);
   ASSERT_TRUE(resumed.ok()) << resumed.status().ToString() << "\n"
                             << Tail((*again)->Log(), 10);
   // Every worker says what it waits for, reconnects, and finishes.

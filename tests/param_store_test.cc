@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -485,4 +487,69 @@ TEST(ParamStoreSharing, SharedBlockUnchangedByLaterPush) {
 }
 
 }  // namespace
+// --- Non-finite updates
+// -------------------------------------------------------
+
+TEST(ParamStore, OverflowingUpdateIsRefusedAndTheBlockStaysAsItWas) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum,
+                             OptimizerKind::kAdaGrad, OptimizerKind::kAdam}) {
+    SCOPED_TRACE(OptimizerName(kind));
+    ParamStore store(7, 4, Opt(kind, 10.0f));
+    auto id = store.DefineTensor("w", {6}, Uniform(0.5f));
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE(store.ApplyBlock(*id, 0, std::vector<float>(4, 0.1f)).ok());
+    const std::vector<float> before = ReadAll(store, *id);
+    // Finite, but its square (AdaGrad, Adam) or lr times it overflows.
+    Status s = store.ApplyBlock(*id, 0, std::vector<float>(4, 3e38f));
+    EXPECT_EQ(s.code(), Code::kNonFinite) << s.ToString();
+    EXPECT_NE(s.message().find("tensor 'w' block 0"), std::string::npos)
+        << s.message();
+    const std::vector<float> after = ReadAll(store, *id);
+    EXPECT_EQ(std::memcmp(before.data(), after.data(), 6 * sizeof(float)), 0);
+    // The block still trains, its update count untouched by the refusal:
+    // a second ordinary step matches a store that never saw it.
+    ParamStore twin(7, 4, Opt(kind, 10.0f));
+    ASSERT_TRUE(twin.DefineTensor("w", {6}, Uniform(0.5f)).ok());
+    for (ParamStore* p : {&store, &twin}) {
+      if (p == &twin) {
+        ASSERT_TRUE(p->ApplyBlock(*id, 0, std::vector<float>(4, 0.1f)).ok());
+      }
+      ASSERT_TRUE(p->ApplyBlock(*id, 0, std::vector<float>(4, 0.2f)).ok());
+    }
+    const std::vector<float> a = ReadAll(store, *id), b = ReadAll(twin, *id);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), 6 * sizeof(float)), 0);
+  }
+}
+
+TEST(ParamStore, OverflowingRowIsRefusedOthersApply) {
+  ParamStore store(7, 4, Opt(OptimizerKind::kAdam, 10.0f));
+  auto id = store.DefineTable("t", 2, Constant(1.0f));
+  ASSERT_TRUE(id.ok());
+  const std::vector<uint64_t> keys = {5, 9};
+  const std::vector<float> grads = {0.5f, 0.5f, 3e38f, 3e38f};
+  Status s = store.ApplyRows(*id, keys, grads);
+  EXPECT_EQ(s.code(), Code::kNonFinite) << s.ToString();
+  EXPECT_NE(s.message().find("1 row(s) (first: key 9)"), std::string::npos)
+      << s.message();
+  std::vector<float> rows(4);
+  ASSERT_TRUE(store.ReadRows(*id, keys, rows).ok());
+  EXPECT_NE(rows[0], 1.0f);  // key 5 applied
+  EXPECT_EQ(rows[2], 1.0f);  // key 9 as it was
+  EXPECT_EQ(rows[3], 1.0f);
+}
+
+TEST(ParamStore, UpdateLeavesASharedBlockAsItWasShared) {
+  ParamStore store(7, 4, Opt(OptimizerKind::kAdam));
+  auto id = store.DefineTensor("w", {4}, Uniform(0.5f));
+  ASSERT_TRUE(id.ok());
+  auto shared = store.ShareBlock(*id, 0);
+  ASSERT_TRUE(shared.ok());
+  const std::vector<float> seen(shared->values.begin(), shared->values.end());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(store.ApplyBlock(*id, 0, std::vector<float>(4, 1.0f)).ok());
+  }
+  EXPECT_TRUE(std::equal(seen.begin(), seen.end(), shared->values.begin()));
+  EXPECT_NE(ReadAll(store, *id), seen);
+}
+
 }  // namespace tether

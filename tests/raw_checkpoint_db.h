@@ -75,6 +75,40 @@ class RawCheckpointDb {
     return db_->Put(rocksdb::WriteOptions(), weights(),
                     BlockKey(round, tensor, block), value);
   }
+  // Cuts the first stored value of `round` to 8 bytes: the round no longer
+  // reads back (ReadShard says "corrupt").
+  rocksdb::Status TruncateFirstValue(int64_t round) {
+    const std::string prefix = RoundPrefix(round);
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions(), weights()));
+    it->Seek(prefix);
+    if (!it->Valid() || !it->key().starts_with(prefix)) {
+      return rocksdb::Status::NotFound("no data for the round");
+    }
+    return db_->Put(rocksdb::WriteOptions(), weights(), it->key(),
+                    it->value().ToString().substr(0, 8));
+  }
+  // Deletes this shard's "round written" marker: the shard no longer holds
+  // `round` as far as any reader can tell.
+  rocksdb::Status DeleteMarker(int64_t round) {
+    return db_->Delete(rocksdb::WriteOptions(), handles_[1],
+                       'm' + RoundPrefix(round));
+  }
+  // The .sst files holding column family `family` ("meta", "weights",
+  // "slots"), as paths.
+  std::vector<std::string> SstFiles(const std::string& family) {
+    std::vector<rocksdb::LiveFileMetaData> files;
+    db_->GetLiveFilesMetaData(&files);
+    std::vector<std::string> paths;
+    for (const auto& f : files) {
+      if (f.column_family_name == family) paths.push_back(f.db_path + f.name);
+    }
+    return paths;
+  }
+  // Writes what the WAL holds into .sst files.
+  rocksdb::Status FlushAll() {
+    return db_->Flush(rocksdb::FlushOptions(), handles_);
+  }
 
  private:
   rocksdb::ColumnFamilyHandle* weights() { return handles_[2]; }

@@ -166,7 +166,7 @@ TEST(Resume, MismatchedRunOrMissingRoundRefusedAndNothingOverwritten) {
                   .ok());
   EXPECT_TRUE((*cluster)
                   ->shard(1)
-                  .WaitForLine("resumed from checkpoint round 120", 5000)
+                  .WaitForLine("loaded checkpoint round 120", 5000)
                   .ok());
 }
 
@@ -259,12 +259,11 @@ TEST(Resume, ShardKilledWhileWritingNeverLeavesAHalfRound) {
   ASSERT_TRUE(line.ok()) << line.status().ToString();
   const int64_t round = std::atoll(line->c_str() + line->rfind("round ") + 6);
   ASSERT_TRUE(round == 60 || round == 120) << *line;
-  EXPECT_TRUE(
-      (*cluster)
-          ->shard(1)
-          .WaitForLine("resumed from checkpoint round " + std::to_string(round),
-                       10000)
-          .ok());
+  EXPECT_TRUE((*cluster)
+                  ->shard(1)
+                  .WaitForLine(
+                      "loaded checkpoint round " + std::to_string(round), 10000)
+                  .ok());
   auto observer = ConnectObserver((*cluster)->coordinator());
   ASSERT_TRUE(observer->DefineTensor("ballast", {n}).ok());
   std::vector<float> ballast(n);
@@ -390,7 +389,7 @@ TEST(Checkpoints, FullDiskFailsTheRoundTrainingGoesOnPreviousRoundLoads) {
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   EXPECT_TRUE((*cluster)
                   ->shard(1)
-                  .WaitForLine("resumed from checkpoint round 60", 10000)
+                  .WaitForLine("loaded checkpoint round 60", 10000)
                   .ok())
       << Tail((*cluster)->shard(1).Log(), 5);
 }

@@ -82,6 +82,12 @@ TEST(ServerFlags, MissingValueNamesFlag) {
   EXPECT_TRUE(Contains(output, "missing value"));
 }
 
+TEST(ServerFlags, PerAddressCapMustBePositive) {
+  std::string output;
+  EXPECT_EQ(RunServer({"--http-max-clients-per-address", "0"}, &output), 2);
+  EXPECT_TRUE(Contains(output, "--http-max-clients-per-address: must be >= 1"));
+}
+
 TEST(ServerFlags, PortInUseNamesAddress) {
   TempDir dir;
   RunningShard first = StartCoordinator(dir);

@@ -9,7 +9,8 @@
 //
 // DIRS is every shard's data dir, comma-separated, shard 0's first; or one
 // directory holding shard0, shard1, ... (as tether-up lays them out).
-// Complete rounds come from shard 0's records. Stores are opened read-only,
+// Complete rounds come from shard 0's records; list marks a recorded round
+// INCOMPLETE when some shard no longer holds it. Stores are opened read-only,
 // so a running shard is not disturbed.
 //
 // export assembles whole tensors from every shard's blocks; blocks no shard
@@ -56,7 +57,8 @@ namespace json = boost::json;
 
 constexpr const char* kSummary =
     "Inspects tether checkpoints. Commands:\n"
-    "  list    complete rounds (from shard 0's records)\n"
+    "  list    rounds shard 0 recorded complete, and whether every shard\n"
+    "          still holds them\n"
     "  show    a round's run settings, tensors and workers\n"
     "  verify  checks that every shard holds the round, intact and finite\n"
     "  export  writes the round's tensors as safetensors or .npy files";
@@ -151,17 +153,14 @@ Result<ShardSnapshot> ReadSlice(const ShardDirs& dirs, size_t k,
   if (!store.ok()) return store.status().WithContext(where);
   Result<ShardSnapshot> slice = (*store)->ReadShard(record.round);
   if (!slice.ok()) return slice.status().WithContext(where);
-  if (slice->shard_id != static_cast<int>(k)) {
-    return InvalidArgument(where + ": holds shard " +
-                           std::to_string(slice->shard_id) + "'s slice");
-  }
-  const RunSettings& a = slice->settings;
-  const RunSettings& b = record.settings;
-  if (a.seed != b.seed || a.block_size != b.block_size ||
-      a.optimizer.kind != b.optimizer.kind) {
+  // The same check a resuming shard makes before it serves the slice.
+  std::string mismatch =
+      IdentityMismatch(*slice, static_cast<int>(k), record.settings);
+  if (!mismatch.empty()) {
     return InvalidArgument(where +
-                           ": run settings (seed, block size, optimizer) "
-                           "differ from shard 0's record");
+                           ": not this shard's slice of the run shard 0 "
+                           "recorded: " +
+                           mismatch);
   }
   return slice;
 }
@@ -331,6 +330,8 @@ std::string UtcTime(int64_t unix_ms) {
   return text;
 }
 
+// A round is complete only while every shard still holds its slice: shard
+// 0's record alone does not make it loadable.
 int RunList(const ShardDirs& dirs) {
   Result<std::unique_ptr<CheckpointStore>> shard0 =
       CheckpointStore::OpenReadOnly(dirs.dirs[0]);
@@ -341,13 +342,46 @@ int RunList(const ShardDirs& dirs) {
     std::cout << "no complete rounds in " << dirs.dirs[0] << "\n";
     return 0;
   }
+  // Rounds each shard holds completely written, by shard id; a shard whose
+  // directory is missing or unreadable holds none.
+  const size_t shards =
+      static_cast<size_t>(records->back().settings.num_shards);
+  std::vector<std::set<int64_t>> held(shards);
+  std::vector<std::string> problems(shards);
+  for (size_t k = 0; k < shards; ++k) {
+    if (k >= dirs.dirs.size()) {
+      problems[k] = "not given in --data-dir";
+      continue;
+    }
+    auto store = k == 0 ? std::move(shard0)
+                        : CheckpointStore::OpenReadOnly(dirs.dirs[k]);
+    if (!store.ok()) {
+      problems[k] = store.status().message();
+      continue;
+    }
+    auto rounds = (*store)->ShardRounds();
+    if (!rounds.ok()) {
+      problems[k] = rounds.status().message();
+      continue;
+    }
+    held[k].insert(rounds->begin(), rounds->end());
+  }
   std::cout << std::left << std::setw(8) << "round" << std::setw(10) << "clock"
             << std::setw(22) << "time (UTC)" << std::setw(14) << "bytes"
-            << "workers\n";
+            << std::setw(9) << "workers"
+            << "state\n";
   for (const RoundRecord& r : *records) {
+    std::string state = "complete";
+    for (size_t k = 0; k < shards; ++k) {
+      if (held[k].count(r.round) > 0) continue;
+      state = "INCOMPLETE: shard " + std::to_string(k) +
+              (problems[k].empty() ? " no longer holds it (pruned or lost)"
+                                   : " unknown (" + problems[k] + ")");
+      break;
+    }
     std::cout << std::setw(8) << r.round << std::setw(10) << r.clock
               << std::setw(22) << UtcTime(r.unix_ms) << std::setw(14) << r.bytes
-              << r.workers.size() << "\n";
+              << std::setw(9) << r.workers.size() << state << "\n";
   }
   return 0;
 }

@@ -7,7 +7,10 @@
 //
 // `train` runs a worker loop (pull, push, clock) with synthetic gradients,
 // for trying a cluster by hand, demos and tests; real models train with
-// tether-worker.
+// tether-worker. Like tether-worker, it rides out a lost shard connection
+// (the iteration in flight is repeated once the shard is back), and when
+// the run is stopped (POST /api/stop) it stops before its next iteration
+// and exits 0.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +23,7 @@
 #include "schema/flags.h"
 #include "schema/log.h"
 #include "worker/client.h"
+#include "worker/lost_shards.h"
 
 namespace tether {
 namespace {
@@ -139,17 +143,26 @@ int RunTrain(Client& client, const CliOptions& o,
   std::vector<float> weights(n), grad(n, -o.grad_value);
   auto start = std::chrono::steady_clock::now();
   for (int k = 0; k < o.iterations; ++k) {
-    if (Status s = client.Pull(o.tensor, weights); !s.ok()) return Fail(s);
-    if (o.grad == "pattern") {
-      for (uint64_t i = 0; i < n; ++i) {
-        grad[i] = -static_cast<float>(client.rank() + 1 + k % 5 + i % 7);
+    auto iteration = [&]() -> Status {
+      TETHER_RETURN_IF_ERROR(client.Pull(o.tensor, weights));
+      if (o.grad == "pattern") {
+        for (uint64_t i = 0; i < n; ++i) {
+          grad[i] = -static_cast<float>(client.rank() + 1 + k % 5 + i % 7);
+        }
       }
+      if (o.sleep_ms > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(o.sleep_ms));
+      }
+      TETHER_RETURN_IF_ERROR(client.Push(o.tensor, grad));
+      return client.Clock();
+    };
+    Status s = SurvivingLostShards(client, iteration);
+    if (s.code() == Code::kCancelled) {
+      std::cout << "worker " << client.rank() << ": stopping at clock "
+                << client.clock() << ": " << s.message() << "\n";
+      return 0;
     }
-    if (o.sleep_ms > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(o.sleep_ms));
-    }
-    if (Status s = client.Push(o.tensor, grad); !s.ok()) return Fail(s);
-    if (Status s = client.Clock(); !s.ok()) return Fail(s);
+    if (!s.ok()) return Fail(s);
     if (!o.quiet && (k + 1) % std::max(1, o.iterations / 10) == 0) {
       double secs = std::chrono::duration<double>(
                         std::chrono::steady_clock::now() - start)

@@ -15,6 +15,7 @@
 #include "schema/log.h"
 #include "worker/client.h"
 #include "worker/dataset.h"
+#include "worker/lost_shards.h"
 #include "worker/model.h"
 
 namespace tether {
@@ -92,15 +93,34 @@ Status PushAll(Client& client, const DenseModel& model) {
   });
 }
 
-// A push a shard refused as too stale (--reject-staleness) costs that
-// gradient only: the worker logs it and goes on with fresh weights.
-Status ToleratingStale(Status pushed, uint64_t* rejected) {
-  if (pushed.code() != Code::kStalePush) return pushed;
+// A push a shard refused as too stale (--reject-staleness), or as holding
+// NaN or Inf (or overflowing the weights), costs that gradient only: the
+// worker logs it, with the shard's words naming the tensor, and goes on
+// with fresh weights. A diverged model stops at its loss (CheckLoss).
+Status ToleratingRefused(Status pushed, const Client& client,
+                         uint64_t* rejected) {
+  if (pushed.code() != Code::kStalePush && pushed.code() != Code::kNonFinite) {
+    return pushed;
+  }
   if ((*rejected)++ % 100 == 0) {
-    TETHER_LOG(kWarning) << pushed.message() << " (dropped; " << *rejected
-                         << " so far)";
+    TETHER_LOG(kWarning) << "push at clock " << client.clock()
+                         << " refused: " << pushed.message() << " (dropped; "
+                         << *rejected << " so far)";
   }
   return Status::Ok();
+}
+
+// A training loss that is NaN or Inf means the model diverged: nothing it
+// would push can help, so training stops (non-zero exit) before pushing.
+Status CheckLoss(float loss, const Client& client, int epoch) {
+  if (std::isfinite(loss)) return Status::Ok();
+  return Status(Code::kNonFinite,
+                std::string("the training loss is ") +
+                    (std::isnan(loss) ? "NaN" : "Inf") + " at clock " +
+                    std::to_string(client.clock()) + " (epoch " +
+                    std::to_string(epoch) +
+                    "): the model diverged, so this worker stops. Lower "
+                    "--lr, or look for extreme values in the data");
 }
 
 // The run was stopped (POST /api/stop): training ends after this step.
@@ -114,26 +134,6 @@ Status EndOfTraining(Client& client, Status trained) {
   TETHER_LOG(kWarning) << "stopping at clock " << client.clock() << ": "
                        << trained.message();
   return Status::Ok();
-}
-
-// Runs `step`; when a shard was lost (kUnavailable), waits for the client to
-// reconnect and runs it again, so a restarted shard costs only the step in
-// flight.
-template <typename Step>
-Status SurvivingLostShards(Client& client, Step step) {
-  while (true) {
-    if (client.stop_requested()) return Stopped(client);
-    const uint64_t lost_before = client.shard_losses();
-    Status s = step();
-    // Only a lost shard is waited for; other refusals stand.
-    if (s.code() != Code::kUnavailable) return s;
-    if (client.shard_losses() == lost_before && client.AwaitShards(0).ok()) {
-      return s;  // every shard is connected: not a lost one
-    }
-    TETHER_LOG(kWarning) << s.message() << "; the step is repeated once "
-                         << "the shard is back";
-    TETHER_RETURN_IF_ERROR(client.AwaitShards(180000));
-  }
 }
 
 // Progress: counts samples and loss, reports to the coordinator, prints
@@ -347,8 +347,9 @@ class DenseTrainer {
     auto loss = model_.Step(batch_x_.data(), batch_y_.data(), n);
     if (!loss.ok()) return loss.status();
     SlowDown(o_.slowdown, Seconds(compute_start));
-    TETHER_RETURN_IF_ERROR(
-        ToleratingStale(PushAll(client_, model_), &rejected_pushes_));
+    TETHER_RETURN_IF_ERROR(CheckLoss(*loss, client_, epoch));
+    TETHER_RETURN_IF_ERROR(ToleratingRefused(PushAll(client_, model_), client_,
+                                             &rejected_pushes_));
     TETHER_RETURN_IF_ERROR(client_.Clock());
     reporter_.AddStep(n, *loss);
     if (reporter_.EvalDue() && test_ != nullptr) {
@@ -433,13 +434,14 @@ class SparseTrainer {
     float loss =
         SparseLogisticRegression::Step(batch, keys, w, bias, grad, &grad_bias);
     SlowDown(o_.slowdown, Seconds(compute_start));
-    TETHER_RETURN_IF_ERROR(ToleratingStale(
-        client_.PushRows(SparseLogisticRegression::kTable, keys, grad),
+    TETHER_RETURN_IF_ERROR(CheckLoss(loss, client_, epoch));
+    TETHER_RETURN_IF_ERROR(ToleratingRefused(
+        client_.PushRows(SparseLogisticRegression::kTable, keys, grad), client_,
         &rejected_pushes_));
     TETHER_RETURN_IF_ERROR(
-        ToleratingStale(client_.Push(SparseLogisticRegression::kBias,
-                                     std::span<const float>(&grad_bias, 1)),
-                        &rejected_pushes_));
+        ToleratingRefused(client_.Push(SparseLogisticRegression::kBias,
+                                       std::span<const float>(&grad_bias, 1)),
+                          client_, &rejected_pushes_));
     TETHER_RETURN_IF_ERROR(client_.Clock());
     reporter_.AddStep(static_cast<int>(batch.size()), loss);
     if (reporter_.EvalDue() && !o_.test_data.empty()) {

@@ -1,0 +1,408 @@
+// Checkpoints are never lost and never silently wrong, tried as a hostile
+// operator would with real processes and real RocksDB directories: a lost
+// CURRENT file, a shard started on another shard's or another run's data, a
+// corrupted .sst, pruning across shards, and a coordinator that dies.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "server/checkpoint.h"
+#include "tests/cluster.h"
+#include "tests/raw_checkpoint_db.h"
+#include "tests/worker_pool.h"
+
+namespace tether::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Every file under `dir`, by path relative to it, with its bytes.
+std::map<std::string, std::string> Files(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::ostringstream bytes;
+    bytes << in.rdbuf();
+    files[fs::relative(entry.path(), dir).string()] = bytes.str();
+  }
+  return files;
+}
+
+void CopyDir(const std::string& from, const std::string& to) {
+  fs::copy(from, to, fs::copy_options::recursive);
+}
+
+ClusterOptions RunOptions(uint64_t seed = 21,
+                          std::vector<std::string> extra = {}) {
+  ClusterOptions o;
+  o.shards = 2;
+  o.workers = 1;
+  o.seed = seed;
+  o.optimizer = "adam";
+  o.lr = 0.01f;
+  o.block_size = 1000;
+  o.extra_flags = {"--checkpoint-every", "20"};
+  o.extra_flags.insert(o.extra_flags.end(), extra.begin(), extra.end());
+  return o;
+}
+
+// A run of one tether-client worker for `iterations` clocks, with a round
+// every 20 clocks, into DIR/shard0 and DIR/shard1; the shards stop cleanly.
+void TrainAndStop(const std::string& dir, int iterations, uint64_t seed = 21,
+                  std::vector<std::string> extra = {}) {
+  fs::create_directories(dir);
+  auto cluster = Cluster::Start(RunOptions(seed, std::move(extra)), dir);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  std::string out;
+  auto code = RunToExit(
+      {TETHER_CLIENT_BIN, "train", "--coordinator", (*cluster)->coordinator(),
+       "--tensor", "w", "--shape", "5000", "--iterations",
+       std::to_string(iterations), "--grad", "pattern", "--quiet"},
+      &out, 60000);
+  ASSERT_TRUE(code.ok() && *code == 0) << out;
+  const int last = iterations / 20 * 20;
+  ASSERT_TRUE(
+      (*cluster)
+          ->shard(0)
+          .WaitForLine("checkpoint round " + std::to_string(last) + " complete",
+                       20000)
+          .ok());
+}
+
+// Shard 0 and shard 1 of a two-shard run, resuming from `d0` and `d1`.
+struct Resumed {
+  std::unique_ptr<Process> shard0, shard1;
+  int code0 = -1, code1 = -1;  // -1: still running (or never started)
+  std::string log0, log1;
+};
+
+// With `refused` the two are expected to exit; else shard 0 is expected to
+// resume, and is left running.
+Resumed ResumeFrom(const std::string& d0, const std::string& d1,
+                   const std::string& resume, const std::string& logs,
+                   bool refused = true) {
+  Resumed r;
+  auto p0 = Process::Start({TETHER_SERVER_BIN,
+                            "--shard-id",
+                            "0",
+                            "--shards",
+                            "2",
+                            "--listen",
+                            "127.0.0.1:0",
+                            "--http",
+                            "off",
+                            "--workers",
+                            "1",
+                            "--seed",
+                            "21",
+                            "--optimizer",
+                            "adam",
+                            "--lr",
+                            "0.01",
+                            "--block-size",
+                            "1000",
+                            "--checkpoint-every",
+                            "20",
+                            "--data-dir",
+                            d0,
+                            "--resume",
+                            resume},
+                           logs + "-shard0.log");
+  EXPECT_TRUE(p0.ok());
+  r.shard0 = std::move(*p0);
+  auto listening = r.shard0->WaitForLine("listening on", 10000);
+  if (listening.ok()) {
+    auto p1 = Process::Start({TETHER_SERVER_BIN, "--shard-id", "1", "--shards",
+                              "2", "--listen", "127.0.0.1:0", "--coordinator",
+                              AddressFromLine(*listening), "--data-dir", d1},
+                             logs + "-shard1.log");
+    EXPECT_TRUE(p1.ok());
+    r.shard1 = std::move(*p1);
+    if (!refused) {
+      EXPECT_TRUE(r.shard0->WaitForLine("every shard loaded it", 10000).ok());
+    } else if (auto code1 = r.shard1->Wait(15000); code1.ok()) {
+      r.code1 = *code1;
+    }
+  }
+  if (refused) {
+    if (auto code0 = r.shard0->Wait(5000); code0.ok()) r.code0 = *code0;
+  }
+  r.log0 = r.shard0->Log();
+  if (r.shard1) r.log1 = r.shard1->Log();
+  return r;
+}
+
+bool Has(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// The name of the newest MANIFEST in `dir`, as the refusal names it.
+std::string NewestManifest(const std::string& dir) {
+  std::string newest;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("MANIFEST-", 0) == 0 && name > newest) newest = name;
+  }
+  return newest;
+}
+
+// Issue 13, item 1: without CURRENT, RocksDB would start a new database in
+// the directory and delete the old one's files. A resume is refused, names
+// the file, says how to recover, and leaves every byte as it was.
+TEST(CheckpointSafety, MissingCurrentIsRefusedAndNothingOnDiskChanges) {
+  TempDir dir;
+  const std::string run = dir.path() + "/run";
+  ASSERT_NO_FATAL_FAILURE(TrainAndStop(run, 60));
+  for (int shard : {0, 1}) {
+    for (bool without_wal : {false, true}) {
+      SCOPED_TRACE(
+          "shard " + std::to_string(shard) +
+          (without_wal ? ", CURRENT and WAL deleted" : ", CURRENT deleted"));
+      const std::string copy = dir.path() + "/copy" + std::to_string(shard) +
+                               (without_wal ? "w" : "");
+      CopyDir(run, copy);
+      const std::string damaged = copy + "/shard" + std::to_string(shard);
+      fs::remove(damaged + "/CURRENT");
+      if (without_wal) {
+        for (const auto& e : fs::directory_iterator(damaged)) {
+          if (e.path().extension() == ".log") fs::remove(e.path());
+        }
+      }
+      const auto before = Files(damaged);
+      // Twice: the first refusal must not prepare the second's damage.
+      for (int attempt = 0; attempt < 2; ++attempt) {
+        Resumed r = ResumeFrom(copy + "/shard0", copy + "/shard1", "latest",
+                               copy + "-" + std::to_string(attempt));
+        EXPECT_NE(r.code0, 0) << r.log0;
+        EXPECT_NE(r.code0, -1) << "shard 0 still runs:\n" << r.log0;
+        const std::string& log = shard == 0 ? r.log0 : r.log1;
+        EXPECT_TRUE(Has(log, damaged)) << log;
+        EXPECT_TRUE(Has(log, "CURRENT")) << log;
+        EXPECT_FALSE(Has(r.log0, "resumed from checkpoint round")) << r.log0;
+        if (shard == 1) {
+          EXPECT_NE(r.code1, 0) << r.log1;
+          EXPECT_NE(r.code1, -1) << "shard 1 still runs:\n" << r.log1;
+          EXPECT_TRUE(Has(r.log0, "shard 1 cannot load round 60")) << r.log0;
+        }
+        if (!without_wal) {
+          EXPECT_TRUE(Has(log, "echo " + NewestManifest(damaged) + " > " +
+                                   damaged + "/CURRENT"))
+              << log;
+        }
+        EXPECT_EQ(Files(damaged), before)
+            << "the refused resume changed " << damaged;
+      }
+      if (!without_wal) {
+        // The recovery the message gives works, and nothing was lost.
+        std::ofstream(damaged + "/CURRENT") << NewestManifest(damaged) << "\n";
+        Resumed r = ResumeFrom(copy + "/shard0", copy + "/shard1", "latest",
+                               copy + "-recovered", /*refused=*/false);
+        EXPECT_TRUE(Has(r.log0,
+                        "resumed from checkpoint round 60: every shard "
+                        "loaded it"))
+            << r.log0;
+      }
+    }
+  }
+  // A --data-dir that does not exist is not created by a resume.
+  Resumed typo = ResumeFrom(dir.path() + "/typo", run + "/shard1", "latest",
+                            dir.path() + "/typo");
+  EXPECT_EQ(typo.code0, 1) << typo.log0;
+  EXPECT_TRUE(Has(typo.log0, "does not exist")) << typo.log0;
+  EXPECT_FALSE(fs::exists(dir.path() + "/typo"));
+}
+
+// Issue 13, item 2: a shard's round carries the run's identity, and a
+// shard refuses to serve a round of another shard or another run.
+TEST(CheckpointSafety, AnotherShardsOrAnotherRunsRoundIsRefused) {
+  TempDir dir;
+  const std::string a = dir.path() + "/a", b = dir.path() + "/b";
+  ASSERT_NO_FATAL_FAILURE(TrainAndStop(a, 60));
+  ASSERT_NO_FATAL_FAILURE(TrainAndStop(b, 60));  // same flags, another run
+
+  // Shard 1 started on a copy of shard 0's directory.
+  const std::string x = dir.path() + "/x";
+  fs::create_directories(x);
+  CopyDir(a + "/shard0", x + "/shard0");
+  CopyDir(a + "/shard0", x + "/shard1");
+  for (const std::string resume : {"60", "latest"}) {
+    Resumed r =
+        ResumeFrom(x + "/shard0", x + "/shard1", resume, x + "-" + resume);
+    EXPECT_EQ(r.code0, 1) << r.log0;
+    EXPECT_EQ(r.code1, 1) << r.log1;
+    EXPECT_TRUE(Has(r.log1, x + "/shard1: round 60")) << r.log1;
+    EXPECT_TRUE(Has(r.log1, "shard id 0 in the round, 1 here")) << r.log1;
+    EXPECT_TRUE(Has(r.log0, "shard id 0 in the round, 1 here")) << r.log0;
+    EXPECT_FALSE(Has(r.log0, "resumed from checkpoint round")) << r.log0;
+  }
+
+  // Shard 1 started on another run's shard-1 directory with the same round.
+  const std::string y = dir.path() + "/y";
+  fs::create_directories(y);
+  CopyDir(a + "/shard0", y + "/shard0");
+  CopyDir(b + "/shard1", y + "/shard1");
+  Resumed r = ResumeFrom(y + "/shard0", y + "/shard1", "60", y);
+  EXPECT_EQ(r.code0, 1) << r.log0;
+  EXPECT_EQ(r.code1, 1) << r.log1;
+  EXPECT_TRUE(Has(r.log1, y + "/shard1: round 60")) << r.log1;
+  EXPECT_TRUE(Has(r.log1, "run id ")) << r.log1;
+  EXPECT_TRUE(Has(r.log1, " in the round, ")) << r.log1;
+  EXPECT_FALSE(Has(r.log1, "shard id")) << r.log1;
+
+  // The genuine pair still resumes.
+  Resumed ok = ResumeFrom(a + "/shard0", a + "/shard1", "60", a + "-ok",
+                          /*refused=*/false);
+  EXPECT_TRUE(Has(ok.log1, "loaded checkpoint round 60")) << ok.log1;
+}
+
+// Flips the bytes of the first half of each of `dir`'s .sst files (their
+// data blocks; the index and footer at the end stay readable).
+void CorruptSsts(const std::string& dir) {
+  {
+    // Moves what the WAL holds into .sst files first.
+    RawCheckpointDb db(dir, /*read_only=*/false);
+    ASSERT_TRUE(db.status().ok()) << db.status().ToString();
+    ASSERT_TRUE(db.FlushAll().ok());
+  }
+  int damaged = 0;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".sst") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    std::string bytes(e.file_size() / 2, '\0');
+    f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    for (char& c : bytes) c = static_cast<char>(~c);
+    f.seekp(0);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    ++damaged;
+  }
+  ASSERT_GT(damaged, 0) << "no .sst file in " << dir;
+}
+
+// Issue 13, item 4: shard 0 says "resumed" only once every shard loaded
+// the round. A corrupted .sst on shard 1 stops the run from starting; a
+// damaged newest round with --resume latest falls back to the newest round
+// every shard holds intact, saying so.
+TEST(CheckpointSafety, CorruptSliceOnShard1RefusesOrFallsBack) {
+  TempDir dir;
+  const std::string one = dir.path() + "/one";
+  ASSERT_NO_FATAL_FAILURE(TrainAndStop(one, 30));  // round 20 only
+  ASSERT_NO_FATAL_FAILURE(CorruptSsts(one + "/shard1"));
+  for (const std::string resume : {"20", "latest"}) {
+    Resumed r = ResumeFrom(one + "/shard0", one + "/shard1", resume,
+                           one + "-" + resume);
+    EXPECT_EQ(r.code0, 1) << r.log0;
+    EXPECT_EQ(r.code1, 1) << r.log1;
+    EXPECT_TRUE(Has(r.log0, "shard 1 cannot load round 20")) << r.log0;
+    EXPECT_TRUE(Has(r.log0, "the run does not start")) << r.log0;
+    EXPECT_TRUE(Has(r.log0, "Corruption")) << r.log0;
+    EXPECT_FALSE(Has(r.log0, "resumed from checkpoint round")) << r.log0;
+  }
+
+  // Rounds 20, 40 and 60; round 60 damaged on shard 1 only.
+  const std::string three = dir.path() + "/three";
+  ASSERT_NO_FATAL_FAILURE(TrainAndStop(three, 60));
+  {
+    RawCheckpointDb db(three + "/shard1", /*read_only=*/false);
+    ASSERT_TRUE(db.status().ok());
+    ASSERT_TRUE(db.TruncateFirstValue(60).ok());
+  }
+  Resumed r =
+      ResumeFrom(three + "/shard0", three + "/shard1", "60", three + "-60");
+  EXPECT_EQ(r.code0, 1) << r.log0;
+  EXPECT_TRUE(Has(r.log0, "shard 1 cannot load round 60")) << r.log0;
+
+  Resumed latest = ResumeFrom(three + "/shard0", three + "/shard1", "latest",
+                              three + "-latest", /*refused=*/false);
+  const std::string log0 = latest.log0;
+  EXPECT_TRUE(Has(log0,
+                  "resumed from checkpoint round 40: every shard "
+                  "loaded it"))
+      << log0;
+  EXPECT_TRUE(Has(log0, "falling back to round 40")) << log0;
+  EXPECT_TRUE(Has(latest.shard1->Log(), "loaded checkpoint round 40"));
+  // The run goes on from round 40: a worker joins at clock 40 and trains.
+  std::string out;
+  auto code = RunToExit(
+      {TETHER_CLIENT_BIN, "train", "--coordinator",
+       AddressFromLine(*latest.shard0->WaitForLine("listening on", 100)),
+       "--tensor", "w", "--shape", "5000", "--iterations", "70", "--grad",
+       "pattern", "--quiet"},
+      &out, 60000);
+  EXPECT_TRUE(code.ok() && *code == 0) << out;
+}
+
+// Issue 13, item 5: --keep-checkpoints is run-wide, and tether-ckpt list
+// calls a round complete only while every shard still holds it.
+TEST(CheckpointSafety, KeepCheckpointsIsRunWideAndListChecksEveryShard) {
+  TempDir dir;
+  std::string out;
+  auto refused =
+      RunToExit({TETHER_SERVER_BIN, "--shard-id", "1", "--shards", "2",
+                 "--coordinator", "127.0.0.1:1", "--keep-checkpoints", "2"},
+                &out, 10000);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_EQ(*refused, 2) << out;
+  EXPECT_TRUE(Has(out, "--keep-checkpoints: run-wide setting")) << out;
+
+  const std::string run = dir.path() + "/run";
+  ASSERT_NO_FATAL_FAILURE(
+      TrainAndStop(run, 100, 21, {"--keep-checkpoints", "2"}));
+  for (int shard : {0, 1}) {
+    auto store =
+        CheckpointStore::OpenReadOnly(run + "/shard" + std::to_string(shard));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto rounds = (*store)->ShardRounds();
+    ASSERT_TRUE(rounds.ok());
+    EXPECT_EQ(*rounds, (std::vector<int64_t>{80, 100})) << "shard " << shard;
+  }
+  auto listed =
+      RunToExit({TETHER_CKPT_BIN, "list", "--data-dir", run}, &out, 10000);
+  ASSERT_TRUE(listed.ok() && *listed == 0) << out;
+  EXPECT_FALSE(Has(out, "INCOMPLETE")) << out;
+  EXPECT_FALSE(Has(out, "\n60 ")) << out;
+
+  // Shard 1 loses round 100: shard 0's record alone does not make it
+  // complete any more.
+  {
+    RawCheckpointDb db(run + "/shard1", /*read_only=*/false);
+    ASSERT_TRUE(db.status().ok());
+    ASSERT_TRUE(db.DeleteMarker(100).ok());
+  }
+  listed = RunToExit({TETHER_CKPT_BIN, "list", "--data-dir", run}, &out, 10000);
+  ASSERT_TRUE(listed.ok() && *listed == 0) << out;
+  EXPECT_TRUE(Has(out, "INCOMPLETE: shard 1 no longer holds it")) << out;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("80 ", 0) == 0) EXPECT_TRUE(Has(line, "complete")) << line;
+    if (line.rfind("100 ", 0) == 0) EXPECT_TRUE(Has(line, "INCOMPLETE"));
+  }
+}
+
+// Issue 13, item 6: a shard > 0 whose coordinator is gone longer than the
+// run's timeout exits non-zero saying so, and frees its port and data dir
+// for the restart the message asks for.
+TEST(CheckpointSafety, ShardExitsWhenItsCoordinatorIsGone) {
+  TempDir dir;
+  auto cluster = Cluster::Start(RunOptions(21, {"--worker-timeout-ms", "2000"}),
+                                dir.path());
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  (*cluster)->shard(0).Signal(SIGKILL);
+  auto code = (*cluster)->shard(1).Wait(10000);
+  ASSERT_TRUE(code.ok()) << "shard 1 still runs without its coordinator\n"
+                         << (*cluster)->shard(1).Log();
+  EXPECT_EQ(*code, 1);
+  const std::string log = (*cluster)->shard(1).Log();
+  EXPECT_TRUE(Has(log, "has been gone for 2000 ms")) << log;
+  EXPECT_TRUE(Has(log, "--resume latest")) << log;
+  // Its RocksDB lock is free again.
+  auto store = CheckpointStore::Open(dir.path() + "/shard1");
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+}
+
+}  // namespace
+}  // namespace tether::testing
