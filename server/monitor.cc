@@ -189,7 +189,8 @@ Monitor::Monitor(RunSettings settings, MonitorOptions options)
       states_(settings_.num_workers, WorkerState::kJoining),
       straggled_at_(settings_.num_workers, -1e9),
       lags_(settings_.num_workers, 0),
-      nonfinite_(settings_.num_workers, 0) {}
+      nonfinite_(settings_.num_workers, 0),
+      nonfinite_evented_(settings_.num_workers, 0) {}
 
 double Monitor::Seconds(TimePoint now) const {
   return std::chrono::duration<double>(now - start_).count();
@@ -328,13 +329,17 @@ void Monitor::UpdateWorkersLocked(double t) {
     }
   }
   for (size_t i = 0; i < nonfinite.size() && i < workers.size(); ++i) {
-    if (nonfinite[i] > nonfinite_[i]) {
+    // The first refusal, then each doubling: a worker that pushes NaN every
+    // step must not push every other event out of the list.
+    if (nonfinite[i] > nonfinite_[i] &&
+        nonfinite[i] >= 2 * nonfinite_evented_[i]) {
       AddEventLocked(t, "warning",
                      WorkerName(workers[i]) + ": " +
-                         std::to_string(nonfinite[i] - nonfinite_[i]) +
+                         std::to_string(nonfinite[i] - nonfinite_evented_[i]) +
                          " push(es) refused as non-finite (NaN or Inf, or "
                          "an update that would overflow); " +
                          std::to_string(nonfinite[i]) + " in all");
+      nonfinite_evented_[i] = nonfinite[i];
     }
   }
   nonfinite_ = std::move(nonfinite);

@@ -149,7 +149,8 @@ class Monitor {
   std::vector<WorkerState> states_;
   std::vector<double> straggled_at_;  // when each last looked like one
   std::vector<int64_t> lags_;
-  std::vector<uint64_t> nonfinite_;  // by rank, summed over every shard
+  std::vector<uint64_t> nonfinite_;          // by rank, summed over every shard
+  std::vector<uint64_t> nonfinite_evented_;  // the total the last event said
   std::deque<Point> points_;
   bool stopped_ = false;  // guarded by mu_
   std::deque<Event> events_;

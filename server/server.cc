@@ -219,8 +219,12 @@ Status Server::RegisterWithCoordinator() {
           if (Status s = auth->CheckWelcome(peer); !s.ok()) {
             return answer->set_value(s);
           }
+          Result<RunSettings> settings = ReadRunConfig(welcome->config());
+          if (settings.ok()) {
+            coordinator_timeout_ms_ = settings->worker_timeout_ms;
+          }
           welcomed->store(true);
-          answer->set_value(ReadRunConfig(welcome->config()));
+          answer->set_value(std::move(settings));
         } else if (auto* error = m.body_as_Error()) {
           answer->set_value(StatusFromError(*error, peer));
         } else {
@@ -425,20 +429,22 @@ Status Server::SetUpCheckpoints() {
 }
 
 void Server::OnCoordinatorLost() {
-  const RunSettings& settings = shard_->settings();
-  const int wait_ms = settings.worker_timeout_ms > 0
-                          ? settings.worker_timeout_ms
-                          : std::max(options_.connect_timeout_ms, 1000);
+  // With eviction off (a timeout of 0) the run still cannot go on without
+  // its coordinator; --connect-timeout-ms is how long a shard waits for it.
+  const int timeout_ms = coordinator_timeout_ms_;
+  const int wait_ms =
+      timeout_ms > 0 ? timeout_ms : std::max(options_.connect_timeout_ms, 1000);
   coordinator_lost_timer_->expires_after(std::chrono::milliseconds(wait_ms));
   coordinator_lost_timer_->async_wait(
-      [this, wait_ms](const boost::system::error_code& ec) {
+      [this, wait_ms, timeout_ms](const boost::system::error_code& ec) {
         if (ec || stopping_) return;
         Fail(Unavailable(
             "the coordinator (shard 0 at " + options_.coordinator +
-            ") has been gone for " + std::to_string(wait_ms) +
-            " ms (the run's --worker-timeout-ms): this shard stops, since a "
-            "coordinator cannot rejoin a running run; start every shard "
-            "again with --resume latest"));
+            ") has been gone for " + std::to_string(wait_ms) + " ms (" +
+            (timeout_ms > 0 ? "the run's --worker-timeout-ms"
+                            : "--connect-timeout-ms") +
+            "): this shard stops, since a coordinator cannot rejoin a "
+            "running run; start every shard again with --resume latest"));
       });
 }
 

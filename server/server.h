@@ -107,6 +107,7 @@ class Server {
   std::unique_ptr<asio::steady_timer> stats_timer_;  // shards > 0
   std::unique_ptr<asio::steady_timer> eviction_timer_;
   std::unique_ptr<asio::steady_timer> coordinator_lost_timer_;  // shards > 0
+  std::atomic<int> coordinator_timeout_ms_{0};  // the run's, from Welcome
 
   std::mutex sessions_mu_;
   std::vector<std::weak_ptr<Session>> sessions_;  // guarded by sessions_mu_

@@ -516,6 +516,38 @@ TEST(Monitor, EventsBeyondMaxEventsDropOldestFirst) {
   EXPECT_TRUE(EventsWith(events, {"round 2 "}).empty());
 }
 
+TEST(Monitor, NonFinitePushesSumOverShardsAndEventSparingly) {
+  Monitor monitor(Settings(2, 2));
+  const TimePoint t0 = Monitor::Now();
+  auto report = [&](uint64_t on0, uint64_t on1, double at) {
+    ShardStats s0 = ShardZero({Running(0), Running(1)});
+    s0.workers[1].nonfinite_pushes = on0;
+    ShardStats s1 = s0;
+    s1.shard_id = 1;
+    s1.workers[1].nonfinite_pushes = on1;
+    monitor.OnShardStats(s0, At(t0, at));
+    monitor.OnShardStats(s1, At(t0, at));
+    monitor.Tick(At(t0, at));
+  };
+  report(1, 0, 0.1);   // the first: an event
+  report(1, 1, 0.2);   // 2 in all: doubled, an event
+  report(2, 1, 0.3);   // 3: not yet doubled
+  report(40, 1, 0.4);  // 41: an event
+  json::array events = AllEvents(monitor, At(t0, 0.5));
+  auto refused = EventsWith(events, {"worker 1", "refused as non-finite"});
+  ASSERT_EQ(refused.size(), 3u);
+  EXPECT_NE(
+      std::string(refused.back().at("text").as_string()).find("41 in all"),
+      std::string::npos);
+  json::value workers = Doc(monitor, "workers", At(t0, 0.5));
+  EXPECT_EQ(workers.at(1).at("nonfinite_pushes").to_number<uint64_t>(), 41u);
+  EXPECT_EQ(workers.at(0).at("nonfinite_pushes").to_number<uint64_t>(), 0u);
+  const std::string metrics = monitor.Metrics(At(t0, 0.5));
+  EXPECT_NE(metrics.find("tether_worker_nonfinite_pushes_total{rank=\"1\"} 41"),
+            std::string::npos)
+      << metrics;
+}
+
 // ---------------------------------------------------------------------------
 // Shards
 
@@ -930,11 +962,11 @@ TEST(Monitor, EveryDocumentHasDocumentedKeys) {
   json::value workers = Doc(monitor, "workers", now);
   ASSERT_EQ(workers.as_array().size(), 4u);
   for (const json::value& w : workers.as_array()) {
-    ExpectKeys(
-        w,
-        {"rank", "host", "device", "state", "clock", "lag", "staleness_bound",
-         "epoch", "samples", "samples_per_s", "loss", "test_accuracy"},
-        "worker");
+    ExpectKeys(w,
+               {"rank", "host", "device", "state", "clock", "lag",
+                "staleness_bound", "epoch", "samples", "samples_per_s", "loss",
+                "test_accuracy", "nonfinite_pushes"},
+               "worker");
   }
 
   json::value shards = Doc(monitor, "shards", now);
@@ -959,12 +991,12 @@ TEST(Monitor, EveryDocumentHasDocumentedKeys) {
   }
 
   json::value config = Doc(monitor, "config", now);
-  ExpectKeys(
-      config,
-      {"seed", "shards", "workers", "max_staleness", "reject_staleness",
-       "block_size", "checkpoint_every", "resume_round", "optimizer", "lr",
-       "momentum", "beta1", "beta2", "epsilon", "seeds", "command"},
-      "config");
+  ExpectKeys(config,
+             {"run_id", "seed", "shards", "workers", "keep_checkpoints",
+              "max_staleness", "reject_staleness", "block_size",
+              "checkpoint_every", "resume_round", "optimizer", "lr", "momentum",
+              "beta1", "beta2", "epsilon", "seeds", "command"},
+             "config");
   ExpectKeys(config.at("seeds"), {"run", "initial_values", "data_order"},
              "seeds");
 
