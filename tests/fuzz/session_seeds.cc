@@ -135,6 +135,12 @@ int main(int argc, char** argv) {
                                              fbb.CreateString(""), 0.01);
            }))
       .Say(0, MakeStatsFrame(0, ShardStats{}))
+      .Say(0, Build([](auto& fbb) {
+             std::vector<int64_t> intact = {20, 40};
+             return wire::CreateResumeResult(fbb, 1, 60,
+                                             fbb.CreateString("corrupt"),
+                                             fbb.CreateVector(intact));
+           }))
       .Write(dir + "/shard");
   // An observer asks for figures and defines a tensor.
   Conversation(2)
