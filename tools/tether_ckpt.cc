@@ -353,13 +353,17 @@ int RunList(const ShardDirs& dirs) {
       problems[k] = "not given in --data-dir";
       continue;
     }
-    auto store = k == 0 ? std::move(shard0)
-                        : CheckpointStore::OpenReadOnly(dirs.dirs[k]);
-    if (!store.ok()) {
-      problems[k] = store.status().message();
-      continue;
+    std::unique_ptr<CheckpointStore> other;
+    if (k > 0) {
+      auto opened = CheckpointStore::OpenReadOnly(dirs.dirs[k]);
+      if (!opened.ok()) {
+        problems[k] = opened.status().message();
+        continue;
+      }
+      other = std::move(*opened);
     }
-    auto rounds = (*store)->ShardRounds();
+    const CheckpointStore& store = k == 0 ? **shard0 : *other;
+    auto rounds = store.ShardRounds();
     if (!rounds.ok()) {
       problems[k] = rounds.status().message();
       continue;
