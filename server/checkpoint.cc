@@ -45,7 +45,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <type_traits>
 #include <utility>
 
@@ -679,15 +678,16 @@ int64_t ManifestNumber(const std::string& name) {
 
 // Looks at `dir` before RocksDB does, since RocksDB with create_if_missing
 // starts a new database in any directory without a CURRENT file, deleting
-// the old one's files. Sets *fresh when `dir` is missing or empty. Returns
-// "" when RocksDB may open it, else why not, with how to recover.
-std::string CheckStoreFiles(const std::string& dir, bool* fresh) {
+// the old one's files. Sets *no_store to why there is no store when `dir`
+// is missing or empty ("" when there is one). Returns "" when RocksDB may
+// open it, else why not, with how to recover.
+std::string CheckStoreFiles(const std::string& dir, std::string* no_store) {
   namespace fs = std::filesystem;
-  *fresh = false;
+  no_store->clear();
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
   if (!fs::exists(status)) {
-    *fresh = true;
+    *no_store = "does not exist";
     return "";
   }
   if (!fs::is_directory(status)) return "is not a directory";
@@ -698,7 +698,7 @@ std::string CheckStoreFiles(const std::string& dir, bool* fresh) {
   }
   if (ec) return "cannot be listed: " + ec.message();
   if (names.empty()) {
-    *fresh = true;
+    *no_store = "is empty";
     return "";
   }
   std::sort(names.begin(), names.end());
@@ -748,18 +748,16 @@ std::string CheckStoreFiles(const std::string& dir, bool* fresh) {
 Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
     const std::string& dir, OpenMode mode) {
   const std::string where = "checkpoint dir " + dir;
-  bool fresh = false;
-  if (std::string bad = CheckStoreFiles(dir, &fresh); !bad.empty()) {
+  std::string no_store;
+  if (std::string bad = CheckStoreFiles(dir, &no_store); !bad.empty()) {
     return Status(Code::kIoError, where + " " + bad);
   }
   auto impl = std::make_unique<Impl>();
   rocksdb::DBOptions options = BaseOptions(dir);
-  if (fresh) {
+  if (!no_store.empty()) {
     if (mode == OpenMode::kExisting) {
-      return NotFound(
-          where +
-          (std::filesystem::exists(dir) ? " is empty" : " does not exist") +
-          ": no checkpoint store there (nothing was created)");
+      return NotFound(where + " " + no_store +
+                      ": no checkpoint store there (nothing was created)");
     }
     // RocksDB would create it too, but logs a missing dir as an error
     // first; a failure here shows up as Open's own error below.
@@ -793,16 +791,13 @@ Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
 Result<std::unique_ptr<CheckpointStore>> CheckpointStore::OpenReadOnly(
     const std::string& dir) {
   const std::string where = "checkpoint dir " + dir;
-  bool fresh = false;
-  if (std::string bad = CheckStoreFiles(dir, &fresh); !bad.empty()) {
+  std::string no_store;
+  if (std::string bad = CheckStoreFiles(dir, &no_store); !bad.empty()) {
     return Status(Code::kIoError, where + " " + bad);
   }
-  if (fresh) {
-    return Status(
-        Code::kIoError,
-        where +
-            (std::filesystem::exists(dir) ? " is empty" : " does not exist") +
-            ": no checkpoint store there");
+  if (!no_store.empty()) {
+    return Status(Code::kIoError,
+                  where + " " + no_store + ": no checkpoint store there");
   }
   auto impl = std::make_unique<Impl>();
   impl->read_only = true;
@@ -1199,21 +1194,21 @@ std::string IdentityMismatch(const ShardSnapshot& snapshot, int shard_id,
                              const RunSettings& run) {
   const RunSettings& r = snapshot.settings;
   std::string out;
-  auto differs = [&out](const std::string& what, const auto& in_round,
-                        const auto& here) {
-    if (in_round == here) return;
-    std::ostringstream text;
-    text << what << " " << in_round << " in the round, " << here << " here";
-    out += (out.empty() ? "" : "; ") + text.str();
+  auto add = [&out](const std::string& difference) {
+    if (!difference.empty()) out += (out.empty() ? "" : "; ") + difference;
   };
-  differs("shard id", snapshot.shard_id, shard_id);
-  differs("run id", r.run_id.empty() ? "(none)" : r.run_id,
-          run.run_id.empty() ? "(none)" : run.run_id);
-  differs("seed", r.seed, run.seed);
-  differs("shard count", r.num_shards, run.num_shards);
-  differs("block size", r.block_size, run.block_size);
-  differs("optimizer", std::string(OptimizerName(r.optimizer.kind)),
-          std::string(OptimizerName(run.optimizer.kind)));
+  if (snapshot.shard_id != shard_id) {
+    add("shard id " + std::to_string(snapshot.shard_id) + " in the round, " +
+        std::to_string(shard_id) + " here");
+  }
+  if (r.run_id != run.run_id) {
+    add("run id " + (r.run_id.empty() ? "(none)" : r.run_id) +
+        " in the round, " + (run.run_id.empty() ? "(none)" : run.run_id) +
+        " here");
+  }
+  // Seed, shard and worker counts, block size, optimizer: what a resume
+  // checks the round's record against too.
+  add(SettingsMismatch(r, run));
   return out;
 }
 

@@ -94,10 +94,10 @@ struct RoundRecord {
 };
 
 // "" when `snapshot` (a round read from a shard's data dir) belongs to shard
-// `shard_id` of the run `run` describes: the same run id, seed, shard count,
-// block size and optimizer, and the same shard id. Else what differs, e.g.
-// "shard id 0 in the round, 1 here; run id 6f1c... in the round, 92ab...
-// here".
+// `shard_id` of the run `run` describes: the same shard id and run id, and
+// the settings SettingsMismatch compares (seed, shard and worker counts,
+// block size, optimizer). Else what differs, e.g. "shard id 0 in the round,
+// 1 here; run id 6f1c... in the round, 92ab... here".
 std::string IdentityMismatch(const ShardSnapshot& snapshot, int shard_id,
                              const RunSettings& run);
 

@@ -281,9 +281,10 @@ void Coordinator::JoinObserver(const std::shared_ptr<Connection>& conn) {
 }
 
 void Coordinator::StartResume(int64_t round, std::vector<int64_t> complete,
-                              ResumeHooks hooks) {
+                              bool fallback, ResumeHooks hooks) {
   std::lock_guard lock(mu_);
   resume_.active = true;
+  resume_.fallback = fallback;
   resume_.round = round;
   resume_.left.insert(complete.begin(), complete.end());
   resume_.loaded.assign(settings_.num_shards, false);
@@ -319,7 +320,7 @@ void Coordinator::ShardResumed(int shard_id, int64_t round,
     if (resume_.left.count(r) > 0 && r != round) left.insert(r);
   }
   resume_.left = std::move(left);
-  if (!settings_.resume_fallback) {
+  if (!resume_.fallback) {
     return ResumeFailedLocked(Status(
         Code::kIoError, "--resume " + std::to_string(round) + ": " + why +
                             "; the run does not start (--resume latest "

@@ -97,7 +97,7 @@ class Coordinator {
   // rounds (ascending) in shard 0's records. Nobody is welcomed -- workers
   // and observers wait -- until every shard reports (ShardResumed) that it
   // loaded the same round; then `resumed(round)` runs. When a shard cannot
-  // load it: with settings.resume_fallback the run falls back to the newest
+  // load it: with `fallback` (--resume latest) the run falls back to the newest
   // complete round that every shard holds intact (`load_local` loads it on
   // shard 0, LoadRound tells the others), saying so; otherwise, or when no
   // such round is left, every shard and waiting peer gets an Error and
@@ -107,7 +107,7 @@ class Coordinator {
     std::function<void(const Status& why)> failed;
     std::function<void(int64_t round)> resumed;
   };
-  void StartResume(int64_t round, std::vector<int64_t> complete,
+  void StartResume(int64_t round, std::vector<int64_t> complete, bool fallback,
                    ResumeHooks hooks);
   // Shard `shard_id` loaded `round` (`error` empty) or could not; `intact`
   // lists the rounds it can load. Reports for a round no longer asked for
@@ -166,6 +166,7 @@ class Coordinator {
     int64_t round = -1;        // the round being resumed
     std::set<int64_t> left;    // rounds the run may still fall back to
     std::vector<bool> loaded;  // by shard
+    bool fallback = false;     // --resume latest
     ResumeHooks hooks;
   };
   Resume resume_;

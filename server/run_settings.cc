@@ -22,7 +22,6 @@ RunSettings SettingsFromOptions(const ServerOptions& options) {
   s.backup_workers = options.backup_workers;
   s.staleness_lr = options.staleness_lr;
   s.keep_checkpoints = options.keep_checkpoints;
-  s.resume_fallback = options.resume == "latest";
   return s;
 }
 
@@ -47,7 +46,7 @@ flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
       optimizer, s.optimizer.lr, s.optimizer.momentum, s.optimizer.beta1,
       s.optimizer.beta2, s.optimizer.epsilon, s.worker_timeout_ms,
       s.backup_workers, s.staleness_lr, s.heartbeat_ms, s.shard_restart, run_id,
-      s.keep_checkpoints, s.resume_fallback);
+      s.keep_checkpoints);
 }
 
 Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
@@ -78,7 +77,6 @@ Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
   s.shard_restart = config->shard_restart();
   s.run_id = config->run_id() ? config->run_id()->str() : "";
   s.keep_checkpoints = config->keep_checkpoints();
-  s.resume_fallback = config->resume_fallback();
   if (s.num_shards < 1 || s.num_workers < 0 || s.block_size < 1 ||
       s.worker_timeout_ms < 0 || s.heartbeat_ms < 1 || s.backup_workers < 0 ||
       s.keep_checkpoints < 1) {

@@ -27,10 +27,7 @@ struct RunSettings {
   uint32_t block_size = 65536;
   int64_t checkpoint_every = 0;  // clocks between rounds; 0 never
   int64_t resume_round = -1;     // the round every shard loads; -1 none
-  // With --resume latest: when a shard cannot load resume_round, the run
-  // falls back to the newest round every shard holds intact.
-  bool resume_fallback = false;
-  int keep_checkpoints = 3;  // complete rounds every shard keeps
+  int keep_checkpoints = 3;      // complete rounds every shard keeps
   OptimizerOptions optimizer;
   int worker_timeout_ms = 10000;  // silent this long: evicted; 0 never
   int heartbeat_ms = 1000;        // workers' heartbeat period

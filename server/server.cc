@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
 #include <future>
 #include <optional>
 
@@ -111,6 +109,7 @@ Status Server::Start() {
                           << ": every shard loaded it";
       };
       coordinator_->StartResume(settings.resume_round, std::move(complete),
+                                /*fallback=*/options_.resume == "latest",
                                 std::move(hooks));
     }
   } else {
@@ -399,9 +398,8 @@ Status Server::LoadAndReport(int64_t round) {
   flatbuffers::FlatBufferBuilder fbb(256);
   auto error = fbb.CreateString(loaded.ok() ? "" : loaded.message());
   auto rounds = fbb.CreateVector(intact);
-  coordinator_link_->Send(FinishFrame(
-      fbb,
-      wire::CreateResumeResult(fbb, options_.shard_id, round, error, rounds)));
+  coordinator_link_->Send(
+      FinishFrame(fbb, wire::CreateResumeResult(fbb, round, error, rounds)));
   return loaded;
 }
 

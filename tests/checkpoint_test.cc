@@ -623,7 +623,7 @@ TEST(Checkpoint, IdentityMismatchNamesEveryDifference) {
   const std::string m = IdentityMismatch(snapshot, 1, run);
   EXPECT_TRUE(Contains(m, "shard id 0 in the round, 1 here")) << m;
   EXPECT_TRUE(Contains(m, "run id aaaa in the round, bbbb here")) << m;
-  EXPECT_TRUE(Contains(m, "seed 42 in the round, 9 here")) << m;
+  EXPECT_TRUE(Contains(m, "--seed 42 in the round, 9 now")) << m;
 }
 
 }  // namespace tether

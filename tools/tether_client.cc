@@ -23,7 +23,7 @@
 #include "schema/flags.h"
 #include "schema/log.h"
 #include "worker/client.h"
-#include "worker/lost_shards.h"
+#include "worker/training_loop.h"
 
 namespace tether {
 namespace {
@@ -157,12 +157,10 @@ int RunTrain(Client& client, const CliOptions& o,
       return client.Clock();
     };
     Status s = SurvivingLostShards(client, iteration);
-    if (s.code() == Code::kCancelled) {
-      std::cout << "worker " << client.rank() << ": stopping at clock "
-                << client.clock() << ": " << s.message() << "\n";
-      return 0;
-    }
+    const bool stopped = s.code() == Code::kCancelled;
+    s = EndOfTraining(client, std::move(s));
     if (!s.ok()) return Fail(s);
+    if (stopped) return 0;
     if (!o.quiet && (k + 1) % std::max(1, o.iterations / 10) == 0) {
       double secs = std::chrono::duration<double>(
                         std::chrono::steady_clock::now() - start)

@@ -15,8 +15,8 @@
 #include "schema/log.h"
 #include "worker/client.h"
 #include "worker/dataset.h"
-#include "worker/lost_shards.h"
 #include "worker/model.h"
+#include "worker/training_loop.h"
 
 namespace tether {
 namespace {
@@ -121,19 +121,6 @@ Status CheckLoss(float loss, const Client& client, int epoch) {
                     std::to_string(epoch) +
                     "): the model diverged, so this worker stops. Lower "
                     "--lr, or look for extreme values in the data");
-}
-
-// The run was stopped (POST /api/stop): training ends after this step.
-Status Stopped(Client& client) {
-  return Status(Code::kCancelled, client.stop_reason());
-}
-
-// Training's outcome: a stopped run ends training like finished epochs.
-Status EndOfTraining(Client& client, Status trained) {
-  if (trained.code() != Code::kCancelled) return trained;
-  TETHER_LOG(kWarning) << "stopping at clock " << client.clock() << ": "
-                       << trained.message();
-  return Status::Ok();
 }
 
 // Progress: counts samples and loss, reports to the coordinator, prints

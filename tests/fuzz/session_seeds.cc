@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
       .Say(0, MakeStatsFrame(0, ShardStats{}))
       .Say(0, Build([](auto& fbb) {
              std::vector<int64_t> intact = {20, 40};
-             return wire::CreateResumeResult(fbb, 1, 60,
+             return wire::CreateResumeResult(fbb, 60,
                                              fbb.CreateString("corrupt"),
                                              fbb.CreateVector(intact));
            }))

@@ -1,9 +1,11 @@
-// Training through a lost shard connection: a restarted shard, a cut
-// network, or this worker stopped (SIGSTOP) past the run's
-// --worker-timeout-ms, after which the client drops the silent connection
-// and dials it again. The step in flight fails with kUnavailable; it is
-// repeated once every shard is connected again. Shared by tether-worker's
-// trainer and `tether-client train`.
+// The robustness every training loop needs, shared by tether-worker's
+// trainer and `tether-client train`:
+// - a lost shard connection (a restarted shard, a cut network, or this
+//   worker stopped with SIGSTOP past the run's --worker-timeout-ms, after
+//   which the client drops the silent connection and dials it again): the
+//   step in flight fails with kUnavailable and is repeated once every shard
+//   is connected again;
+// - a stopped run (POST /api/stop): training ends like finished epochs.
 #pragma once
 
 #include "schema/log.h"
@@ -11,6 +13,20 @@
 #include "worker/client.h"
 
 namespace tether {
+
+// The run was stopped (POST /api/stop): training ends after this step.
+inline Status Stopped(const Client& client) {
+  return Status(Code::kCancelled, client.stop_reason());
+}
+
+// Training's outcome: a stopped run (kCancelled) ends training like
+// finished epochs -- logged, and OK.
+inline Status EndOfTraining(const Client& client, Status trained) {
+  if (trained.code() != Code::kCancelled) return trained;
+  TETHER_LOG(kWarning) << "stopping at clock " << client.clock() << ": "
+                       << trained.message();
+  return Status::Ok();
+}
 
 // Runs `step` (a callable returning Status); when a shard was lost
 // (kUnavailable), waits for `client` to reconnect and runs it again, so a
@@ -21,9 +37,7 @@ namespace tether {
 template <typename Step>
 Status SurvivingLostShards(Client& client, Step step) {
   while (true) {
-    if (client.stop_requested()) {
-      return Status(Code::kCancelled, client.stop_reason());
-    }
+    if (client.stop_requested()) return Stopped(client);
     const uint64_t lost_before = client.shard_losses();
     Status s = step();
     // Only a lost shard is waited for; other refusals stand.
