@@ -166,6 +166,8 @@ wire::ErrorCode ToWireCode(Code code) {
       return wire::ErrorCode::AuthFailed;
     case Code::kNonFinite:
       return wire::ErrorCode::NonFinite;
+    case Code::kNotReady:
+      return wire::ErrorCode::NotReady;
     default:
       return wire::ErrorCode::Internal;
   }
@@ -202,6 +204,8 @@ Code FromWireCode(wire::ErrorCode code) {
       return Code::kUnavailable;
     case wire::ErrorCode::NonFinite:
       return Code::kNonFinite;
+    case wire::ErrorCode::NotReady:
+      return Code::kNotReady;
     default:
       return Code::kInternal;
   }

@@ -1,4 +1,4 @@
-#include "schema/stats.h"
+#include "schema/stats_frame.h"
 
 namespace tether {
 namespace {

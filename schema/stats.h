@@ -1,12 +1,12 @@
 // One shard's figures at one moment: what a Stats frame carries, what
-// Client::Stats() returns, and what the dashboard and /metrics show.
+// Client::Stats() returns, and what the dashboard and /metrics show. Plain
+// values, installed with the client library; schema/stats_frame.h puts
+// them on the wire.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "schema/frame.h"
 
 namespace tether {
 
@@ -60,10 +60,5 @@ struct ShardStats {
   std::vector<DataEpoch> data_epochs;
   uint64_t chunks_reassigned = 0;
 };
-
-// The Stats frame answering request `request_id` (0: unsolicited, as shards
-// send to the coordinator).
-OutFrame MakeStatsFrame(uint64_t request_id, const ShardStats& stats);
-ShardStats ReadStats(const wire::Stats& stats);
 
 }  // namespace tether

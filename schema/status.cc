@@ -36,6 +36,8 @@ const char* CodeName(Code code) {
       return "cancelled";
     case Code::kNonFinite:
       return "non-finite";
+    case Code::kNotReady:
+      return "not ready";
   }
   return "unknown";
 }

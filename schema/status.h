@@ -31,6 +31,7 @@ enum class Code {
   kAuthFailed,  // no key, a wrong key or a replayed handshake
   kCancelled,   // the run was stopped
   kNonFinite,   // NaN or Inf where numbers must be finite
+  kNotReady,    // a provided tensor's values are not written yet
 };
 
 // A short lowercase name for `code`, e.g. "invalid argument".

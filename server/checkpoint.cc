@@ -136,6 +136,8 @@ const char* InitKindName(InitSpec::Kind kind) {
       return "uniform";
     case InitSpec::Kind::kNormal:
       return "normal";
+    case InitSpec::Kind::kProvided:
+      return "provided";
     case InitSpec::Kind::kConstant:
       return "constant";
   }
@@ -143,9 +145,9 @@ const char* InitKindName(InitSpec::Kind kind) {
 }
 
 bool ParseInitKind(const std::string& name, InitSpec::Kind* kind) {
-  for (InitSpec::Kind k :
-       {InitSpec::Kind::kZeros, InitSpec::Kind::kUniform,
-        InitSpec::Kind::kNormal, InitSpec::Kind::kConstant}) {
+  for (InitSpec::Kind k : {InitSpec::Kind::kZeros, InitSpec::Kind::kUniform,
+                           InitSpec::Kind::kNormal, InitSpec::Kind::kConstant,
+                           InitSpec::Kind::kProvided}) {
     if (name == InitKindName(k)) {
       *kind = k;
       return true;

@@ -70,6 +70,7 @@ float InitialValue(const InitSpec& spec, uint64_t seed, uint32_t id,
                    uint64_t index) {
   switch (spec.kind) {
     case InitSpec::Kind::kZeros:
+    case InitSpec::Kind::kProvided:  // never filled: see ParamStore
       return 0.0f;
     case InitSpec::Kind::kUniform:
       return Uniform(spec.scale, seed, id, index);
@@ -102,6 +103,7 @@ void FillInitial(const InitSpec& spec, uint64_t seed, uint32_t id,
       for (size_t k = 0; k < n; ++k) out[k] = spec.scale;
       return;
     case InitSpec::Kind::kZeros:
+    case InitSpec::Kind::kProvided:
       break;
   }
   for (size_t k = 0; k < n; ++k) out[k] = 0.0f;

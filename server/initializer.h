@@ -10,10 +10,12 @@
 namespace tether {
 
 struct InitSpec {
-  enum class Kind { kZeros, kUniform, kNormal, kConstant };
+  // kProvided: no values of its own; a worker provides them
+  // (ParamStore::ProvideBlock), e.g. a PyTorch module's initialization.
+  enum class Kind { kZeros, kUniform, kNormal, kConstant, kProvided };
   Kind kind = Kind::kZeros;
   // kUniform: values in [-scale, scale); kNormal: standard deviation;
-  // kConstant: the value.
+  // kConstant: the value; kProvided: unused (0).
   float scale = 0.0f;
   bool operator==(const InitSpec&) const = default;
 };

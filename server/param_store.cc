@@ -19,6 +19,7 @@ Status CheckInit(const std::string& what, const InitSpec& init) {
   switch (init.kind) {
     case InitSpec::Kind::kZeros:
     case InitSpec::Kind::kConstant:
+    case InitSpec::Kind::kProvided:
       break;
     case InitSpec::Kind::kUniform:
     case InitSpec::Kind::kNormal:
@@ -50,6 +51,16 @@ Status ShapeMismatch(std::string message) {
   return Status(Code::kShapeMismatch, std::move(message));
 }
 
+// A provided tensor's block or table's row read or updated before its
+// provider wrote it.
+Status NotReady(const std::string& what, const std::string& part) {
+  return Status(Code::kNotReady,
+                what + " " + part +
+                    " has no values yet: its init is 'provided' and the "
+                    "worker that provides them (rank 0) has not written "
+                    "them; pull again shortly");
+}
+
 }  // namespace
 
 uint32_t NameId(const std::string& name) {
@@ -75,6 +86,8 @@ std::string InitString(const InitSpec& init) {
   switch (init.kind) {
     case InitSpec::Kind::kZeros:
       return "zeros";
+    case InitSpec::Kind::kProvided:
+      return "provided";
     case InitSpec::Kind::kUniform:
       s << "uniform(" << init.scale << ")";
       break;
@@ -122,9 +135,12 @@ struct ParamStore::Tensor {
         std::min<uint64_t>(numel - uint64_t{block} * block_size, block_size));
   }
 
-  // Block `block` (already checked to exist), created on first touch.
+  bool provided() const { return init.kind == InitSpec::Kind::kProvided; }
+
+  // Block `block` (already checked to exist), created on first touch with
+  // its initial values, or with `values` when given (a provided tensor's).
   Block& Touch(uint32_t block, uint32_t block_size, uint64_t seed,
-               int slots_per_weight) {
+               int slots_per_weight, const float* values = nullptr) {
     auto [it, inserted] = blocks.try_emplace(block);
     Block& b = it->second;
     if (inserted) {
@@ -134,10 +150,20 @@ struct ParamStore::Tensor {
       // Value-initialized, so the slots start at zero.
       b.slots_len = size_t{b.len} * slots_per_weight;
       b.slots_owner.reset(new float[b.slots_len]());  // zeroed
-      FillInitial(init, seed, id, uint64_t{block} * block_size, b.weights());
+      if (values != nullptr) {
+        std::copy_n(values, b.len, b.weights_owner.get());
+      } else {
+        FillInitial(init, seed, id, uint64_t{block} * block_size, b.weights());
+      }
       floats_held += floats;
     }
     return b;
+  }
+
+  // kNotReady if `block` of a provided tensor has no values yet.
+  Status Ready(uint32_t block) const {
+    if (!provided() || blocks.contains(block)) return Status::Ok();
+    return NotReady(What(), "block " + std::to_string(block));
   }
 };
 
@@ -172,17 +198,35 @@ struct ParamStore::Table {
     return Row(r);
   }
 
-  // The row index of `key`, creating and initializing the row if missing.
-  uint64_t Touch(uint64_t key, uint64_t seed) {
+  bool provided() const { return init.kind == InitSpec::Kind::kProvided; }
+
+  // The row index of `key`, creating and initializing the row if missing
+  // (with `values` when given: a provided table's).
+  uint64_t Touch(uint64_t key, uint64_t seed, const float* values = nullptr) {
     auto [it, inserted] = row_of_key.try_emplace(key, rows());
     const uint64_t r = it->second;
     if (!inserted) return r;
     float* row = Append(r, 0);
-    // Wrapping u64 arithmetic on purpose: keys are arbitrary u64s (often
-    // hashes) and must still map to some fixed index range.
-    FillInitial(init, seed, id, key * uint64_t{dim}, {row, dim});
+    if (values != nullptr) {
+      std::copy_n(values, dim, row);
+    } else {
+      // Wrapping u64 arithmetic on purpose: keys are arbitrary u64s (often
+      // hashes) and must still map to some fixed index range.
+      FillInitial(init, seed, id, key * uint64_t{dim}, {row, dim});
+    }
     std::fill(row + dim, row + stride, 0.0f);
     return r;
+  }
+
+  // kNotReady if a provided table has no row for one of `keys` yet.
+  Status Ready(std::span<const uint64_t> keys) const {
+    if (!provided()) return Status::Ok();
+    for (uint64_t key : keys) {
+      if (!row_of_key.contains(key)) {
+        return NotReady(What(), "row " + std::to_string(key));
+      }
+    }
+    return Status::Ok();
   }
 };
 
@@ -317,6 +361,7 @@ Result<std::span<const float>> ParamStore::ReadBlock(uint32_t tensor,
                                                      uint32_t block) {
   Result<Tensor*> t = FindBlock(tensor, block);
   if (!t.ok()) return t.status();
+  TETHER_RETURN_IF_ERROR((*t)->Ready(block));
   Block& b =
       (*t)->Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
   return std::span<const float>(b.weights());
@@ -326,6 +371,7 @@ Result<ParamStore::SharedBlock> ParamStore::ShareBlock(uint32_t tensor,
                                                        uint32_t block) {
   Result<Tensor*> t = FindBlock(tensor, block);
   if (!t.ok()) return t.status();
+  TETHER_RETURN_IF_ERROR((*t)->Ready(block));
   Block& b =
       (*t)->Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
   return SharedBlock{b.weights_owner, std::span<const float>(b.weights())};
@@ -344,6 +390,7 @@ Status ParamStore::ApplyBlock(uint32_t tensor, uint32_t block,
                            " floats, the gradient " +
                            std::to_string(grad.size()));
   }
+  TETHER_RETURN_IF_ERROR(t.Ready(block));
   Block& b = t.Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
   // Out of place, into spare buffers that replace the block's only when
   // every new value is finite: a refused update leaves the block as it was,
@@ -418,6 +465,7 @@ Status ParamStore::ReadRows(uint32_t table, std::span<const uint64_t> keys,
   Result<Table*> found = FindTable(table, keys.size(), out.size(), "output");
   if (!found.ok()) return found.status();
   Table& t = **found;
+  TETHER_RETURN_IF_ERROR(t.Ready(keys));
   for (size_t i = 0; i < keys.size(); ++i) {
     const float* row = t.Row(t.Touch(keys[i], seed_));
     std::memcpy(out.data() + i * t.dim, row, t.dim * sizeof(float));
@@ -431,6 +479,7 @@ Status ParamStore::ApplyRows(uint32_t table, std::span<const uint64_t> keys,
       FindTable(table, keys.size(), grads.size(), "gradient");
   if (!found.ok()) return found.status();
   Table& t = **found;
+  TETHER_RETURN_IF_ERROR(t.Ready(keys));
   // Rows are small: each is copied aside and updated from the copy, and put
   // back when an update would make it non-finite.
   row_scratch_.resize(t.stride);
@@ -456,6 +505,55 @@ Status ParamStore::ApplyRows(uint32_t table, std::span<const uint64_t> keys,
                       " row(s) (first: key " + std::to_string(first_refused) +
                       ") would make a weight or optimizer slot non-finite "
                       "(overflow); those rows are unchanged");
+  }
+  return Status::Ok();
+}
+
+Status ParamStore::ProvideBlock(uint32_t tensor, uint32_t block,
+                                std::span<const float> values) {
+  Result<Tensor*> found = FindBlock(tensor, block);
+  if (!found.ok()) return found.status();
+  Tensor& t = **found;
+  if (!t.provided()) {
+    return InvalidArgument(t.What() + " has init " + InitString(t.init) +
+                           ", not 'provided': its values cannot be provided");
+  }
+  const uint32_t len = t.BlockLen(block, block_size_);
+  if (values.size() != len) {
+    return InvalidArgument(t.What() + ": block " + std::to_string(block) +
+                           " has " + std::to_string(len) +
+                           " floats, the values provided " +
+                           std::to_string(values.size()));
+  }
+  t.Touch(block, block_size_, seed_, optimizer_.slots_per_weight(),
+          values.data());
+  return Status::Ok();
+}
+
+Status ParamStore::ProvideRows(uint32_t table, std::span<const uint64_t> keys,
+                               std::span<const float> values) {
+  Result<Table*> found = FindTable(table, keys.size(), values.size(), "values");
+  if (!found.ok()) return found.status();
+  Table& t = **found;
+  if (!t.provided()) {
+    return InvalidArgument(t.What() + " has init " + InitString(t.init) +
+                           ", not 'provided': its values cannot be provided");
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    t.Touch(keys[i], seed_, values.data() + i * t.dim);
+  }
+  return Status::Ok();
+}
+
+Status ParamStore::Ready(uint32_t id, std::span<const uint32_t> blocks,
+                         std::span<const uint64_t> keys) const {
+  if (auto it = tensors_.find(id); it != tensors_.end()) {
+    for (uint32_t block : blocks) {
+      TETHER_RETURN_IF_ERROR(it->second->Ready(block));
+    }
+  }
+  if (auto it = tables_.find(id); it != tables_.end()) {
+    return it->second->Ready(keys);
   }
   return Status::Ok();
 }

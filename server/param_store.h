@@ -4,6 +4,10 @@
 // decided by the client's slicer alone. Each block and row carries its
 // optimizer slots and update count.
 //
+// A tensor or table with init kProvided has no initial values of its own: a
+// worker provides them (ProvideBlock, ProvideRows; the first provider wins),
+// and until then reading or updating a block or row is kNotReady.
+//
 // Not thread-safe: the owning Shard serializes access.
 #pragma once
 
@@ -84,6 +88,21 @@ class ParamStore {
   // are applied), and the result is kNonFinite naming how many.
   Status ApplyRows(uint32_t table, std::span<const uint64_t> keys,
                    std::span<const float> grads, float lr_scale = 1.0f);
+
+  // Writes the initial values of block `block` of a provided tensor, unless
+  // the block already has values (then nothing changes). kInvalidArgument if
+  // the tensor's init is not kProvided or `values` is not the block's
+  // length; errors as for ReadBlock otherwise.
+  Status ProvideBlock(uint32_t tensor, uint32_t block,
+                      std::span<const float> values);
+  // The same for rows of a provided table (keys.size() * dim floats).
+  Status ProvideRows(uint32_t table, std::span<const uint64_t> keys,
+                     std::span<const float> values);
+  // kNotReady if a block of `blocks` (tensor `id`) or a row of `keys` (table
+  // `id`) of a provided tensor or table has no values yet; OK otherwise
+  // (unknown ids included: other checks name those).
+  Status Ready(uint32_t id, std::span<const uint32_t> blocks,
+               std::span<const uint64_t> keys) const;
 
   // The name of tensor or table `id`, or "id N" when there is none.
   std::string NameOf(uint32_t id) const;

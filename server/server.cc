@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "schema/log.h"
+#include "schema/stats_frame.h"
 
 namespace tether {
 

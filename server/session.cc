@@ -1,6 +1,7 @@
 #include "server/session.h"
 
 #include "schema/log.h"
+#include "schema/stats_frame.h"
 
 namespace tether {
 

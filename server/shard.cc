@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "schema/log.h"
+#include "schema/stats_frame.h"
 
 namespace tether {
 namespace {
@@ -25,6 +26,9 @@ InitSpec ToInitSpec(const wire::InitSpec* spec) {
     case wire::InitKind::Constant:
       init.kind = InitSpec::Kind::kConstant;
       break;
+    case wire::InitKind::Provided:
+      init.kind = InitSpec::Kind::kProvided;
+      break;
     default:
       init.kind = InitSpec::Kind::kZeros;
   }
@@ -41,6 +45,12 @@ template <typename T>
 std::vector<T> ToVector(const flatbuffers::Vector<T>* v) {
   if (v == nullptr) return {};
   return std::vector<T>(v->begin(), v->end());
+}
+
+template <typename T>
+std::span<const T> ToSpan(const flatbuffers::Vector<T>* v) {
+  if (v == nullptr) return {};
+  return {v->data(), v->size()};
 }
 
 }  // namespace
@@ -206,6 +216,11 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
   if (Status s =
           CheckReplySizeLocked(m.sparse(), m.tensor(), blocks, keys.size());
       !s.ok()) {
+    return conn->Send(MakeErrorFrame(m.request_id(), s));
+  }
+  // Not held for the bound first: a provided tensor's provider may be the
+  // very worker the bound waits for.
+  if (Status s = store_.Ready(m.tensor(), blocks, keys); !s.ok()) {
     return conn->Send(MakeErrorFrame(m.request_id(), s));
   }
   ++pulls_;
@@ -382,6 +397,16 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
     lock.unlock();
     return conn.Send(MakeErrorFrame(m.request_id(), s));
   }
+  if (m.provide()) return OnProvideLocked(m, conn, std::move(lock));
+  std::vector<uint32_t> blocks;
+  if (!m.sparse()) {
+    for (const wire::Block* block : *m.blocks())
+      blocks.push_back(block->index());
+  }
+  if (s = store_.Ready(m.tensor(), blocks, ToSpan(m.keys())); !s.ok()) {
+    lock.unlock();
+    return conn.Send(MakeErrorFrame(m.request_id(), s));
+  }
   int64_t staleness = 0;
   if (peer.role == wire::Role::Worker && m.read_clock() >= 0) {
     staleness = std::max<int64_t>(0, clocks_.max_clock() - m.read_clock());
@@ -436,6 +461,24 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   flatbuffers::FlatBufferBuilder fbb(64);
   conn.Send(
       FinishFrame(fbb, wire::CreatePushAck(fbb, m.request_id(), staleness)));
+}
+
+void Shard::OnProvideLocked(const wire::Push& m, Connection& conn,
+                            std::unique_lock<std::mutex> lock) {
+  Status s;
+  if (m.sparse()) {
+    s = store_.ProvideRows(m.tensor(), ToSpan(m.keys()), ToSpan(m.rows()));
+  } else {
+    for (const wire::Block* block : *m.blocks()) {
+      s = store_.ProvideBlock(m.tensor(), block->index(),
+                              ToSpan(block->values()));
+      if (!s.ok()) break;
+    }
+  }
+  lock.unlock();
+  if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
+  flatbuffers::FlatBufferBuilder fbb(64);
+  conn.Send(FinishFrame(fbb, wire::CreatePushAck(fbb, m.request_id(), 0)));
 }
 
 void Shard::CountNonFiniteLocked(const PeerInfo& peer, const Status& s) {

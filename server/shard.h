@@ -114,6 +114,10 @@ class Shard {
   void OnPull(const PeerInfo& peer, const wire::Pull& m,
               const std::shared_ptr<Connection>& conn);
   void OnPush(const PeerInfo& peer, const wire::Push& m, Connection& conn);
+  // A push carrying a provided tensor's initial values (m.provide()),
+  // already checked: written where there are none yet, then acknowledged.
+  void OnProvideLocked(const wire::Push& m, Connection& conn,
+                       std::unique_lock<std::mutex> lock);
   void OnClock(const PeerInfo& peer, const wire::Clock& m, Connection& conn);
   void OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
                 Connection& conn);

@@ -54,7 +54,10 @@ ClusterOptions RunOptions(uint64_t seed = 21,
 
 // A run of one tether-client worker for `iterations` clocks, with a round
 // every 20 clocks, into DIR/shard0 and DIR/shard1; the shards stop cleanly
-// once `settled` holds (it is polled).
+// once `settled` holds (it is polled). The worker sleeps 10 ms a clock, so
+// each round is written before the next is due even on a loaded machine
+// (a round due while one is written is skipped, and the test waits for the
+// last).
 void TrainAndStop(const std::string& dir, int iterations, uint64_t seed = 21,
                   std::vector<std::string> extra = {},
                   const std::function<bool()>& settled = nullptr) {
@@ -62,11 +65,11 @@ void TrainAndStop(const std::string& dir, int iterations, uint64_t seed = 21,
   auto cluster = Cluster::Start(RunOptions(seed, std::move(extra)), dir);
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   std::string out;
-  auto code = RunToExit(
-      {TETHER_CLIENT_BIN, "train", "--coordinator", (*cluster)->coordinator(),
-       "--tensor", "w", "--shape", "5000", "--iterations",
-       std::to_string(iterations), "--grad", "pattern", "--quiet"},
-      &out, 60000);
+  auto code = RunToExit({TETHER_CLIENT_BIN, "train", "--coordinator",
+                         (*cluster)->coordinator(), "--tensor", "w", "--shape",
+                         "5000", "--iterations", std::to_string(iterations),
+                         "--grad", "pattern", "--sleep-ms", "10", "--quiet"},
+                        &out, 60000);
   ASSERT_TRUE(code.ok() && *code == 0) << out;
   const int last = iterations / 20 * 20;
   ASSERT_TRUE(

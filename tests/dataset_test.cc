@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "worker/training_loop.h"
+
 namespace tether {
 namespace {
 

@@ -553,3 +553,107 @@ TEST(ParamStore, UpdateLeavesASharedBlockAsItWasShared) {
 }
 
 }  // namespace tether
+
+// --- ParamStore: provided values --------------------------------------------
+
+namespace tether {
+namespace {
+
+constexpr InitSpec kProvided{.kind = InitSpec::Kind::kProvided};
+
+TEST(ParamStore, ProvidedTensorIsNotReadyUntilProvidedAndTheFirstProviderWins) {
+  ParamStore store(kSeed, 4, Opt(OptimizerKind::kSgd, 0.5f));
+  auto id = store.DefineTensor("w", {6}, kProvided);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  // Before its provider: neither read nor updated, and nothing is created.
+  Result<std::span<const float>> early = store.ReadBlock(*id, 0);
+  ASSERT_EQ(early.status().code(), Code::kNotReady);
+  EXPECT_TRUE(Contains(early.status().message(), "tensor 'w' block 0"))
+      << early.status().message();
+  const std::vector<float> grad = {1, 1, 1, 1};
+  EXPECT_EQ(store.ApplyBlock(*id, 0, grad).code(), Code::kNotReady);
+  EXPECT_EQ(store.Ready(*id, std::vector<uint32_t>{0, 1}, {}).code(),
+            Code::kNotReady);
+  EXPECT_EQ(store.counts().dense_blocks, 0u);
+
+  const std::vector<float> first = {1, 2, 3, 4}, second = {9, 9, 9, 9};
+  ASSERT_TRUE(store.ProvideBlock(*id, 0, first).ok());
+  EXPECT_EQ(store.Ready(*id, std::vector<uint32_t>{0, 1}, {}).code(),
+            Code::kNotReady);  // block 1 still missing
+  ASSERT_TRUE(store.ProvideBlock(*id, 1, std::vector<float>{5, 6}).ok());
+  EXPECT_TRUE(store.Ready(*id, std::vector<uint32_t>{0, 1}, {}).ok());
+  // A second provider (another worker, or one restarted) changes nothing.
+  ASSERT_TRUE(store.ProvideBlock(*id, 0, second).ok());
+  EXPECT_EQ(ReadAll(store, *id), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  // Then it trains like any tensor.
+  ASSERT_TRUE(store.ApplyBlock(*id, 0, grad).ok());
+  EXPECT_EQ(ReadAll(store, *id),
+            (std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f, 5, 6}));
+}
+
+TEST(ParamStore, ProvideIsRefusedForOtherInitsAndWrongLengths) {
+  ParamStore store(kSeed, 4, Opt(OptimizerKind::kSgd));
+  auto zeros = store.DefineTensor("z", {4}, InitSpec{});
+  ASSERT_TRUE(zeros.ok());
+  Status s = store.ProvideBlock(*zeros, 0, std::vector<float>{1, 2, 3, 4});
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "not 'provided'")) << s.message();
+  EXPECT_EQ(ReadAll(store, *zeros), (std::vector<float>{0, 0, 0, 0}));
+
+  auto provided = store.DefineTensor("p", {4}, kProvided);
+  ASSERT_TRUE(provided.ok());
+  EXPECT_EQ(store.ProvideBlock(*provided, 0, std::vector<float>{1, 2}).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(store.ProvideBlock(*provided, 1, std::vector<float>{1}).code(),
+            Code::kInvalidArgument);  // past the end
+  EXPECT_EQ(store.ReadBlock(*provided, 0).status().code(), Code::kNotReady);
+  // A provided tensor is not the same definition as a zeros one.
+  EXPECT_EQ(store.DefineTensor("p", {4}, InitSpec{}).status().code(),
+            Code::kShapeMismatch);
+  EXPECT_TRUE(store.DefineTensor("p", {4}, kProvided).ok());
+}
+
+TEST(ParamStore, ProvidedTableRowsAreReadyOnlyOnceProvided) {
+  ParamStore store(kSeed, 4, Opt(OptimizerKind::kSgd, 1.0f));
+  auto id = store.DefineTable("emb", 2, kProvided);
+  ASSERT_TRUE(id.ok());
+  const std::vector<uint64_t> keys = {3, 7};
+  std::vector<float> out(4);
+  EXPECT_EQ(store.ReadRows(*id, keys, out).code(), Code::kNotReady);
+  EXPECT_EQ(store.ApplyRows(*id, keys, std::vector<float>{1, 1, 1, 1}).code(),
+            Code::kNotReady);
+  EXPECT_EQ(store.counts().sparse_rows, 0u);
+  ASSERT_TRUE(store
+                  .ProvideRows(*id, std::vector<uint64_t>{3},
+                               std::vector<float>{0.5f, -0.5f})
+                  .ok());
+  EXPECT_EQ(store.ReadRows(*id, keys, out).code(), Code::kNotReady);  // 7
+  ASSERT_TRUE(
+      store.ProvideRows(*id, keys, std::vector<float>{8, 8, 1, 2}).ok());
+  ASSERT_TRUE(store.ReadRows(*id, keys, out).ok());
+  // Row 3 kept its first values; row 7 took the second provider's.
+  EXPECT_EQ(out, (std::vector<float>{0.5f, -0.5f, 1, 2}));
+}
+
+TEST(ParamStore, ProvidedValuesSurviveSnapshotAndRestore) {
+  ParamStore store(kSeed, 4, Opt(OptimizerKind::kAdam));
+  auto id = store.DefineTensor("w", {6}, kProvided);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(store.ProvideBlock(*id, 0, std::vector<float>{1, 2, 3, 4}).ok());
+  std::vector<TensorSnapshot> tensors;
+  std::vector<TableSnapshot> tables;
+  store.Snapshot(&tensors, &tables);
+
+  ParamStore restored(kSeed, 4, Opt(OptimizerKind::kAdam));
+  ASSERT_TRUE(restored.Restore(tensors, tables).ok());
+  auto block = restored.ReadBlock(*id, 0);
+  ASSERT_TRUE(block.ok()) << block.status().ToString();
+  EXPECT_EQ(std::vector<float>(block->begin(), block->end()),
+            (std::vector<float>{1, 2, 3, 4}));
+  // The block never provided is still waiting for its provider.
+  EXPECT_EQ(restored.ReadBlock(*id, 1).status().code(), Code::kNotReady);
+  EXPECT_TRUE(restored.DefineTensor("w", {6}, kProvided).ok());
+}
+
+}  // namespace
+}  // namespace tether

@@ -31,6 +31,10 @@ struct UpOptions {
   double slowdown = 3.0;  // how much slower they are
   int staleness = 3;
   std::string model = "mlp";
+  // FILE.py:CLASS: workers are `python3 -m tether.worker` training this
+  // PyTorch module instead of tether-worker's built-in --model.
+  std::string python_model;
+  std::string model_args;  // JSON keyword arguments for the module class
   std::string data = "fashion-mnist";
   int epochs = 6;
   int batch = 64;
@@ -73,6 +77,9 @@ class Launcher {
  private:
   Status StartShards();
   Status StartWorkers();
+  // A worker's program and model flags: tether-worker --model M, or
+  // python3 -m tether.worker --model FILE:CLASS.
+  std::vector<std::string> WorkerCommand() const;
   // Watches until every worker has exited; kUnavailable names a process
   // that failed.
   Status Watch();
@@ -165,27 +172,48 @@ Status Launcher::StartShards() {
   return Status::Ok();
 }
 
+std::vector<std::string> Launcher::WorkerCommand() const {
+  if (o_.python_model.empty()) {
+    return {bin_ + "/tether-worker", "--model", o_.model};
+  }
+  // The package next to the binaries of a build tree (build/release/python);
+  // an installed one is on Debian's python3 path already.
+  std::vector<std::string> argv = {"/usr/bin/env"};
+  if (std::filesystem::exists(bin_ + "/python/tether")) {
+    const char* old = std::getenv("PYTHONPATH");
+    argv.push_back("PYTHONPATH=" + bin_ + "/python" +
+                   (old != nullptr && *old ? std::string(":") + old : ""));
+  }
+#ifdef TETHER_PYTHON
+  argv.push_back(TETHER_PYTHON);  // the one the package was built for
+#else
+  argv.push_back("python3");
+#endif
+  for (const char* s : {"-m", "tether.worker", "--model"}) {
+    argv.push_back(s);
+  }
+  argv.push_back(o_.python_model);
+  if (!o_.model_args.empty()) {
+    argv.push_back("--model-args");
+    argv.push_back(o_.model_args);
+  }
+  return argv;
+}
+
 Status Launcher::StartWorkers() {
   for (int r = 0; r < o_.workers; ++r) {
     const bool slow = r >= o_.workers - o_.slow;
-    std::vector<std::string> argv = {bin_ + "/tether-worker",
-                                     "--coordinator",
-                                     coordinator_,
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--staleness",
-                                     std::to_string(o_.staleness),
-                                     "--model",
-                                     o_.model,
-                                     "--data",
-                                     o_.data,
-                                     "--epochs",
-                                     std::to_string(o_.epochs),
-                                     "--batch",
-                                     std::to_string(o_.batch),
-                                     "--threads",
-                                     std::to_string(o_.threads),
-                                     "--quiet"};
+    std::vector<std::string> argv = WorkerCommand();
+    for (const std::string& arg :
+         {std::string("--coordinator"), coordinator_, std::string("--rank"),
+          std::to_string(r), std::string("--staleness"),
+          std::to_string(o_.staleness), std::string("--data"), o_.data,
+          std::string("--epochs"), std::to_string(o_.epochs),
+          std::string("--batch"), std::to_string(o_.batch),
+          std::string("--threads"), std::to_string(o_.threads),
+          std::string("--quiet")}) {
+      argv.push_back(arg);
+    }
     if (slow) {
       argv.push_back("--slowdown");
       argv.push_back(std::to_string(o_.slowdown));
@@ -288,10 +316,13 @@ Status Launcher::Watch() {
 Status Launcher::Evaluate(double* accuracy) {
   if (o_.model == "sparse-lr") return Status::Ok();
   std::string output;
-  auto p = Process::Start(
-      WithKey({bin_ + "/tether-worker", "--coordinator", coordinator_,
-               "--model", o_.model, "--evaluate-only", "--test-data", o_.data}),
-      o_.log_dir + "/evaluate.log");
+  std::vector<std::string> argv = WorkerCommand();
+  for (const std::string& arg :
+       {std::string("--coordinator"), coordinator_,
+        std::string("--evaluate-only"), std::string("--test-data"), o_.data}) {
+    argv.push_back(arg);
+  }
+  auto p = Process::Start(WithKey(argv), o_.log_dir + "/evaluate.log");
   if (!p.ok()) return p.status();
   auto code = (*p)->Wait(120000);
   if (!code.ok() || *code != 0) return Failed(**p, "evaluation", "failed");
@@ -317,7 +348,8 @@ int Launcher::Run() {
       "tether-up: %d shards, %d workers (%d slowed %.1fx), staleness %d, "
       "model %s on %s, %d epochs\nlogs: %s\n",
       o_.shards, o_.workers, o_.slow, o_.slowdown, o_.staleness,
-      o_.model.c_str(), o_.data.c_str(), o_.epochs, o_.log_dir.c_str());
+      (o_.python_model.empty() ? o_.model : o_.python_model).c_str(),
+      o_.data.c_str(), o_.epochs, o_.log_dir.c_str());
   Status s = StartShards();
   if (s.ok()) {
     std::printf("coordinator: %s\n", coordinator_.c_str());
@@ -391,6 +423,11 @@ int Main(int argc, char** argv) {
   p.AddDouble("slowdown", &o.slowdown, "how many times slower they are");
   p.AddInt("staleness", &o.staleness, "SSP bound (0 BSP, -1 async)");
   p.AddString("model", &o.model, "softmax, mlp or sparse-lr");
+  p.AddString("python-model", &o.python_model,
+              "FILE.py:CLASS: workers train this PyTorch module with "
+              "`python3 -m tether.worker` (the tether package)");
+  p.AddString("model-args", &o.model_args,
+              "JSON keyword arguments for --python-model's class");
   p.AddString("data", &o.data, "fashion-mnist, IMAGES,LABELS, or LIBSVM");
   p.AddInt("epochs", &o.epochs, "epochs per worker");
   p.AddInt("batch", &o.batch, "batch size");

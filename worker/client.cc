@@ -14,6 +14,7 @@
 #include "schema/connection.h"
 #include "schema/frame.h"
 #include "schema/log.h"
+#include "schema/stats_frame.h"
 
 namespace tether {
 namespace {
@@ -82,6 +83,8 @@ wire::InitKind ToWire(InitKind kind) {
       return wire::InitKind::Normal;
     case InitKind::kConstant:
       return wire::InitKind::Constant;
+    case InitKind::kProvided:
+      return wire::InitKind::Provided;
   }
   return wire::InitKind::Zeros;
 }
@@ -883,16 +886,54 @@ Status Client::Pull(const std::string& name, std::span<float> out) {
   return Wait([&](Callback cb) { PullAsync(name, out, std::move(cb)); });
 }
 
+Status Client::PullWhenReady(const std::string& name, std::span<float> out,
+                             int timeout_ms) {
+  const auto start = std::chrono::steady_clock::now();
+  bool told = false;
+  while (true) {
+    Status s = Pull(name, out);
+    if (s.code() != Code::kNotReady) return s;
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - start)
+                            .count();
+    if (waited >= timeout_ms) return s;
+    if (!told && waited >= 5000) {
+      TETHER_LOG(kInfo) << "waiting for the initial values of '" << name
+                        << "' from the worker that provides them: "
+                        << s.message();
+      told = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 void Client::PushAsync(const std::string& name, std::span<const float> grad,
                        Callback done) {
+  PushDense(name, grad, /*provide=*/false, std::move(done));
+}
+
+void Client::ProvideTensorAsync(const std::string& name,
+                                std::span<const float> values, Callback done) {
+  PushDense(name, values, /*provide=*/true, std::move(done));
+}
+
+Status Client::ProvideTensor(const std::string& name,
+                             std::span<const float> values) {
+  return Wait(
+      [&](Callback cb) { ProvideTensorAsync(name, values, std::move(cb)); });
+}
+
+void Client::PushDense(const std::string& name, std::span<const float> grad,
+                       bool provide, Callback done) {
   Impl& c = *impl_;
   auto meta = c.Lookup(name, false);
   if (!meta.ok()) return done(meta.status());
   if (grad.size() != meta->size) {
-    return done(InvalidArgument("push to '" + name + "': gradient holds " +
-                                std::to_string(grad.size()) +
-                                " floats, the tensor " +
-                                std::to_string(meta->size)));
+    return done(InvalidArgument(
+        std::string(provide ? "values provided for '" : "push to '") + name +
+        "': " + (provide ? "they hold " : "gradient holds ") +
+        std::to_string(grad.size()) + " floats, the tensor " +
+        std::to_string(meta->size)));
   }
   const uint32_t bs = c.welcome.block_size;
   auto parts = CutBlocks(c.options.slicer, meta->id, meta->size, bs,
@@ -920,6 +961,7 @@ void Client::PushAsync(const std::string& name, std::span<const float> grad,
     pb.add_tensor(meta->id);
     pb.add_read_clock(read_clock);
     pb.add_blocks(blocks_offset);
+    pb.add_provide(provide);
     OutFrame frame = splicer.Finish(pb.Finish());
     c.Send(*c.links[shard], request, std::move(frame),
            [this, fanout](const wire::Message* m, const Status& e) {
@@ -1002,6 +1044,27 @@ Status Client::PullRows(const std::string& table,
 void Client::PushRowsAsync(const std::string& table,
                            std::span<const uint64_t> keys,
                            std::span<const float> grads, Callback done) {
+  PushSparse(table, keys, grads, /*provide=*/false, std::move(done));
+}
+
+void Client::ProvideRowsAsync(const std::string& table,
+                              std::span<const uint64_t> keys,
+                              std::span<const float> values, Callback done) {
+  PushSparse(table, keys, values, /*provide=*/true, std::move(done));
+}
+
+Status Client::ProvideRows(const std::string& table,
+                           std::span<const uint64_t> keys,
+                           std::span<const float> values) {
+  return Wait([&](Callback cb) {
+    ProvideRowsAsync(table, keys, values, std::move(cb));
+  });
+}
+
+void Client::PushSparse(const std::string& table,
+                        std::span<const uint64_t> keys,
+                        std::span<const float> grads, bool provide,
+                        Callback done) {
   Impl& c = *impl_;
   auto meta = c.Lookup(table, true);
   if (!meta.ok()) return done(meta.status());
@@ -1037,6 +1100,7 @@ void Client::PushRowsAsync(const std::string& table,
     pb.add_keys(keys_offset);
     pb.add_rows(rows_offset);
     pb.add_sparse(true);
+    pb.add_provide(provide);
     OutFrame frame = FinishFrame(fbb, pb.Finish());
     c.Send(*c.links[part.shard], request, std::move(frame),
            [fanout](const wire::Message* m, const Status& e) {

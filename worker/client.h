@@ -42,11 +42,14 @@
 
 namespace tether {
 
-enum class InitKind { kZeros, kUniform, kNormal, kConstant };
+enum class InitKind { kZeros, kUniform, kNormal, kConstant, kProvided };
 
 // How a tensor's or table's values start: kUniform in [-scale, scale),
 // kNormal with standard deviation `scale`, kConstant equal to `scale`.
 // Values are a pure function of the run seed, the name and the index.
+// kProvided: a worker provides them (ProvideTensor, ProvideRows), e.g. from
+// a PyTorch module's own initialization; until it has, pulls and pushes of
+// that tensor fail with kNotReady.
 struct Init {
   InitKind kind = InitKind::kZeros;
   float scale = 0.0f;
@@ -141,6 +144,26 @@ class Client {
                  Callback done);
   Status Push(const std::string& name, std::span<const float> grad);
 
+  // The initial values of a tensor defined with InitKind::kProvided (exactly
+  // its size): written where the shards hold none yet, ignored where they
+  // do -- the first provider wins, and a resumed run keeps its checkpoint.
+  // Not a gradient: no clock, no staleness. Other workers wait for them with
+  // PullWhenReady.
+  void ProvideTensorAsync(const std::string& name,
+                          std::span<const float> values, Callback done);
+  Status ProvideTensor(const std::string& name, std::span<const float> values);
+  // The same for rows of a table defined with InitKind::kProvided.
+  void ProvideRowsAsync(const std::string& table,
+                        std::span<const uint64_t> keys,
+                        std::span<const float> values, Callback done);
+  Status ProvideRows(const std::string& table, std::span<const uint64_t> keys,
+                     std::span<const float> values);
+  // Pull() that, while the tensor's values are not provided yet
+  // (kNotReady), asks again every 50 ms for up to `timeout_ms`; then
+  // kNotReady says what is missing.
+  Status PullWhenReady(const std::string& name, std::span<float> out,
+                       int timeout_ms);
+
   // Sparse rows: `out` / `grads` hold keys.size() * dim floats, row after
   // row in key order. Keys may repeat.
   void PullRowsAsync(const std::string& table, std::span<const uint64_t> keys,
@@ -205,6 +228,11 @@ class Client {
 
  private:
   explicit Client(std::unique_ptr<Impl> impl);
+  // Push and Provide: `provide` sends initial values instead of a gradient.
+  void PushDense(const std::string& name, std::span<const float> values,
+                 bool provide, Callback done);
+  void PushSparse(const std::string& table, std::span<const uint64_t> keys,
+                  std::span<const float> values, bool provide, Callback done);
   std::unique_ptr<Impl> impl_;
   std::atomic<int64_t> max_push_staleness_{0};
 };

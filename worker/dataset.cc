@@ -14,8 +14,6 @@
 #include <string_view>
 #include <utility>
 
-#include "schema/shuffle.h"
-
 namespace tether {
 namespace {
 
@@ -267,18 +265,6 @@ Result<DenseDataset> LoadFashionMnist(bool train, const std::string& dir) {
                     "(apt-get install dataset-fashion-mnist)");
   }
   return ds;
-}
-
-std::vector<uint32_t> WorkerShare(size_t rows, int rank, int workers,
-                                  uint64_t seed, int epoch) {
-  std::vector<uint32_t> share;
-  if (workers < 1 || rank < 0 || rank >= workers) return share;
-  share.reserve(rows / workers + 1);
-  for (size_t i = rank; i < rows; i += workers) {
-    share.push_back(static_cast<uint32_t>(i));
-  }
-  Shuffle(share, seed, rank, epoch);
-  return share;
 }
 
 struct LibsvmReader::Impl {

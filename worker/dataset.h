@@ -42,12 +42,6 @@ Result<DenseDataset> LoadIdx(const std::string& images_path,
 Result<DenseDataset> LoadFashionMnist(
     bool train, const std::string& dir = kFashionMnistDir);
 
-// The indices of the rows worker `rank` of `workers` trains on in `epoch`:
-// a disjoint share (row i belongs to rank i % workers), in an order that
-// is a pure function of (seed, rank, epoch).
-std::vector<uint32_t> WorkerShare(size_t rows, int rank, int workers,
-                                  uint64_t seed, int epoch);
-
 // One LIBSVM example: "<label> <key>:<value> <key>:<value> ...".
 struct SparseExample {
   float label = 0;  // 0 or 1 after reading: -1 and 0 map to 0, +1 to 1

@@ -9,6 +9,7 @@
 #include <future>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <thread>
 
@@ -249,8 +250,17 @@ class DenseTrainer {
     }
     batch_x_.resize(size_t(o_.batch) * train_.features);
     batch_y_.resize(o_.batch);
-    TETHER_RETURN_IF_ERROR(EndOfTraining(
-        client_, o_.chunk_rows > 0 ? TrainChunks() : TrainShare()));
+    LoopOptions loop;
+    loop.rows = train_.rows;
+    loop.batch = o_.batch;
+    loop.epochs = o_.epochs;
+    loop.chunk_rows = o_.chunk_rows;
+    TETHER_RETURN_IF_ERROR(RunTrainingLoop(
+        client_, loop,
+        [this](std::span<const uint32_t> rows, int epoch) {
+          return Step(rows, epoch);
+        },
+        [this](int epoch) { return AfterClock(epoch); }));
     // The last evaluation, on the weights as they are now.
     TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
     Result<EvalResult> eval = Evaluate();
@@ -259,70 +269,17 @@ class DenseTrainer {
   }
 
  private:
-  // A fixed share of every epoch, one clock per batch, so a worker that
-  // joins at clock c (a resumed run) skips the c batches its schedule
-  // already covered.
-  Status TrainShare() {
-    const int64_t start_clock = client_.clock();
-    int64_t clock = 0;
-    for (int epoch = 0; epoch < o_.epochs; ++epoch) {
-      std::vector<uint32_t> order =
-          WorkerShare(train_.rows, client_.rank(), client_.num_workers(),
-                      client_.seed(), epoch);
-      for (size_t first = 0; first < order.size(); first += o_.batch) {
-        if (clock++ < start_clock) continue;
-        TETHER_RETURN_IF_ERROR(SurvivingLostShards(
-            client_, [&] { return Step(order, first, epoch); }));
-      }
-    }
-    return Status::Ok();
-  }
-
-  // Chunks from shard 0 until every chunk of every epoch is done.
-  Status TrainChunks() {
-    int order_epoch = -1;
-    std::vector<uint32_t> order;
-    while (true) {
-      if (client_.stop_requested()) return Stopped(client_);
-      auto chunk = client_.NextChunk(train_.rows, o_.chunk_rows, o_.epochs);
-      if (!chunk.ok()) return chunk.status();
-      if (chunk->count == 0) {
-        if (chunk->finished) return Status::Ok();
-        // Others still hold chunks and one may come back to the pool. Keep
-        // the clock moving meanwhile, so this worker holds no one back.
-        TETHER_RETURN_IF_ERROR(client_.Clock());
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        continue;
-      }
-      if (chunk->epoch != order_epoch) {
-        // The whole epoch's order: one worker's share of a one-worker run.
-        order = WorkerShare(train_.rows, 0, 1, client_.seed(), chunk->epoch);
-        order_epoch = chunk->epoch;
-      }
-      if (chunk->first + chunk->count > order.size()) {
-        return ProtocolError("shard 0 sent a chunk past the " +
-                             std::to_string(order.size()) + " rows");
-      }
-      std::vector<uint32_t> rows(order.begin() + chunk->first,
-                                 order.begin() + chunk->first + chunk->count);
-      for (size_t first = 0; first < rows.size(); first += o_.batch) {
-        TETHER_RETURN_IF_ERROR(SurvivingLostShards(
-            client_, [&] { return Step(rows, first, chunk->epoch); }));
-      }
-    }
-  }
-
   Result<EvalResult> Evaluate() {
     if (test_ == nullptr) return EvalResult{};
     return model_.Evaluate(test_->x.data(), test_->y.data(), test_->rows);
   }
 
-  Status Step(const std::vector<uint32_t>& order, size_t first, int epoch) {
-    const int n =
-        static_cast<int>(std::min<size_t>(o_.batch, order.size() - first));
+  // Pull, compute and push one batch; RunTrainingLoop clocks.
+  Status Step(std::span<const uint32_t> rows, int epoch) {
+    const int n = static_cast<int>(rows.size());
     const size_t f = train_.features;
     for (int i = 0; i < n; ++i) {
-      uint32_t row = order[first + i];
+      uint32_t row = rows[i];
       std::copy_n(train_.x.data() + size_t{row} * f, f,
                   batch_x_.data() + i * f);
       batch_y_[i] = train_.y[row];
@@ -337,8 +294,15 @@ class DenseTrainer {
     TETHER_RETURN_IF_ERROR(CheckLoss(*loss, client_, epoch));
     TETHER_RETURN_IF_ERROR(ToleratingRefused(PushAll(client_, model_), client_,
                                              &rejected_pushes_));
-    TETHER_RETURN_IF_ERROR(client_.Clock());
-    reporter_.AddStep(n, *loss);
+    step_samples_ = n;
+    step_loss_ = *loss;
+    return Status::Ok();
+  }
+
+  // After the batch's clock: count it, report and evaluate when due.
+  Status AfterClock(int epoch) {
+    if (step_samples_ > 0) reporter_.AddStep(step_samples_, step_loss_);
+    step_samples_ = 0;  // counted once, though a lost shard repeats this
     if (reporter_.EvalDue() && test_ != nullptr) {
       auto eval = Evaluate();
       if (!eval.ok()) return eval.status();
@@ -357,6 +321,9 @@ class DenseTrainer {
   uint64_t rejected_pushes_ = 0;
   std::vector<float> batch_x_;
   std::vector<int32_t> batch_y_;
+  // The batch Step computed, counted by AfterClock once it is clocked.
+  int step_samples_ = 0;
+  float step_loss_ = 0;
 };
 
 // Sparse logistic regression over a LIBSVM file: each step pulls only the
@@ -384,8 +351,9 @@ class SparseTrainer {
           if (!n.ok()) return n.status();
           if (*n == 0) break;
           if (clock++ < start_clock) continue;
-          TETHER_RETURN_IF_ERROR(
-              SurvivingLostShards(client_, [&] { return Step(batch, epoch); }));
+          TETHER_RETURN_IF_ERROR(RunBatch(
+              client_, [&] { return Step(batch, epoch); },
+              [&] { return AfterClock(epoch); }));
         }
       }
       return Status::Ok();
@@ -408,6 +376,7 @@ class SparseTrainer {
                         std::span<float>(bias, 1));
   }
 
+  // Pull, compute and push one batch; RunBatch clocks.
   Status Step(const std::vector<SparseExample>& batch, int epoch) {
     std::vector<uint64_t> keys;
     std::vector<float> w;
@@ -429,8 +398,15 @@ class SparseTrainer {
         ToleratingRefused(client_.Push(SparseLogisticRegression::kBias,
                                        std::span<const float>(&grad_bias, 1)),
                           client_, &rejected_pushes_));
-    TETHER_RETURN_IF_ERROR(client_.Clock());
-    reporter_.AddStep(static_cast<int>(batch.size()), loss);
+    step_samples_ = static_cast<int>(batch.size());
+    step_loss_ = loss;
+    return Status::Ok();
+  }
+
+  // After the batch's clock: count it, report and evaluate when due.
+  Status AfterClock(int epoch) {
+    if (step_samples_ > 0) reporter_.AddStep(step_samples_, step_loss_);
+    step_samples_ = 0;  // counted once, though a lost shard repeats this
     if (reporter_.EvalDue() && !o_.test_data.empty()) {
       auto eval = Evaluate();
       if (!eval.ok()) return eval.status();
@@ -467,6 +443,9 @@ class SparseTrainer {
   Client& client_;
   Reporter reporter_;
   uint64_t rejected_pushes_ = 0;
+  // The batch Step computed, counted by AfterClock once it is clocked.
+  int step_samples_ = 0;
+  float step_loss_ = 0;
 };
 
 Status EvaluateOnly(const TrainerOptions& o, DenseModel& model,

@@ -1,12 +1,34 @@
 // The robustness every training loop needs, shared by tether-worker's
-// trainer and `tether-client train`:
+// trainer, `tether-client train` and programs written against the SDK:
 // - a lost shard connection (a restarted shard, a cut network, or this
 //   worker stopped with SIGSTOP past the run's --worker-timeout-ms, after
 //   which the client drops the silent connection and dials it again): the
 //   step in flight fails with kUnavailable and is repeated once every shard
 //   is connected again;
-// - a stopped run (POST /api/stop): training ends like finished epochs.
+// - a stopped run (POST /api/stop): training ends like finished epochs;
+// - a resumed run (workers join at the checkpoint's clock): the batches the
+//   restored weights already reflect are skipped.
+//
+// RunTrainingLoop is the whole loop over a training set of `rows` rows:
+//
+//   LoopOptions o;
+//   o.rows = 60000;
+//   o.batch = 64;
+//   o.epochs = 2;
+//   Status s = RunTrainingLoop(*client, o,
+//       [&](std::span<const uint32_t> rows, int epoch) -> Status {
+//         TETHER_RETURN_IF_ERROR(client->Pull("w", w));
+//         ... gradient of the batch `rows` into g ...
+//         return client->Push("w", g);
+//       });
+//
+// Everything here runs on the calling thread; one loop per Client.
 #pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
 
 #include "schema/log.h"
 #include "schema/status.h"
@@ -50,5 +72,58 @@ Status SurvivingLostShards(Client& client, Step step) {
     TETHER_RETURN_IF_ERROR(client.AwaitShards(180000));
   }
 }
+
+// The rows worker `rank` of `workers` trains on in `epoch`: a disjoint
+// share (row i belongs to rank i % workers), in an order that is a pure
+// function of (seed, rank, epoch), the same on every machine. With one
+// worker (rank 0 of 1) it is the epoch's order of all rows, which chunks
+// (Client::NextChunk) are cut from. Empty for a rank outside [0, workers).
+std::vector<uint32_t> WorkerShare(size_t rows, int rank, int workers,
+                                  uint64_t seed, int epoch);
+
+// One batch: pull what it needs, compute, push. `rows` are indices into
+// the training set (valid during the call only); `epoch` counts from 0.
+using BatchStep =
+    std::function<Status(std::span<const uint32_t> rows, int epoch)>;
+// Runs after a batch's Clock() succeeded, e.g. to Report progress or to
+// evaluate; client.clock() already counts the batch.
+using AfterClock = std::function<Status(int epoch)>;
+
+// Runs one batch as RunTrainingLoop does, for loops of their own (data
+// streamed from a file): step(), then client.Clock(), both repeated
+// together after a lost shard (SurvivingLostShards); then after_clock (may
+// be empty), repeated alone after a lost shard. Returns the first error,
+// or kCancelled once the run was stopped (pass it to EndOfTraining).
+Status RunBatch(Client& client, const std::function<Status()>& step,
+                const std::function<Status()>& after_clock = nullptr);
+
+struct LoopOptions {
+  uint64_t rows = 0;  // training-set rows, indices 0..rows-1 (< 2^32)
+  int batch = 64;     // rows per step (the last batch of a share may be
+                      // smaller); >= 1
+  int epochs = 1;     // >= 1
+  // 0: each worker trains on a fixed share of every epoch (WorkerShare of
+  // its rank), one Clock() per batch. > 0: shard 0 hands out chunks of
+  // this many rows (Client::NextChunk), so a faster worker trains on more;
+  // a worker with no chunk while others finish theirs keeps clocking (every
+  // 100 ms) so that it holds no one back.
+  int chunk_rows = 0;
+};
+
+// Trains `client`'s share of every epoch: calls step(rows, epoch) for each
+// batch, then client.Clock(), then after_clock(epoch) (when given), each
+// through RunBatch, so a lost shard costs only the batch in flight.
+//
+// A resumed run: with a fixed share, a worker that starts at clock c skips
+// the first c batches of its schedule (the restored weights reflect them);
+// with chunks, shard 0 hands out only chunks not done yet.
+//
+// Returns OK after the last epoch, and OK too when the run was stopped
+// (POST /api/stop; logged, and client.stop_requested() says so); otherwise
+// the first error from step, after_clock or the client (kInvalidArgument
+// for bad options, kProtocol for a chunk outside the training set).
+Status RunTrainingLoop(Client& client, const LoopOptions& options,
+                       const BatchStep& step,
+                       const AfterClock& after_clock = nullptr);
 
 }  // namespace tether

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "schema/frame.h"
-#include "schema/stats.h"
+#include "schema/stats_frame.h"
 #include "server/run_settings.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

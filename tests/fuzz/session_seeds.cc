@@ -9,7 +9,7 @@
 
 #include "schema/auth.h"
 #include "schema/frame.h"
-#include "schema/stats.h"
+#include "schema/stats_frame.h"
 
 namespace {
 
@@ -78,6 +78,33 @@ OutFrame SparsePush(uint64_t id, uint32_t table) {
                             fbb.CreateVector(rows), true));
 }
 
+// The id a shard gives tensor `name` (server/param_store.h's NameId).
+uint32_t Fnv1a(const std::string& name) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : name) h = (h ^ c) * 16777619u;
+  return h;
+}
+
+// A provided tensor: defined without values, then given them.
+OutFrame DefineProvided(uint64_t id, const char* name,
+                        std::vector<uint64_t> shape) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto n = fbb.CreateString(name);
+  auto init = wire::CreateInitSpec(fbb, wire::InitKind::Provided, 0.0f);
+  return FinishFrame(
+      fbb, wire::CreateDefineTensor(fbb, id, n, fbb.CreateVector(shape), init));
+}
+
+OutFrame Provide(uint64_t id, uint32_t tensor) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<float> values(8, 0.5f);
+  std::vector<flatbuffers::Offset<wire::Block>> blocks = {
+      wire::CreateBlock(fbb, 0, fbb.CreateVector(values))};
+  return FinishFrame(
+      fbb, wire::CreatePush(fbb, id, tensor, -1, fbb.CreateVector(blocks), 0, 0,
+                            false, /*provide=*/true));
+}
+
 template <typename Make>
 OutFrame Build(Make make) {
   flatbuffers::FlatBufferBuilder fbb;
@@ -106,6 +133,16 @@ int main(int argc, char** argv) {
       .Say(1, clock(3, 1))
       .Say(0, Pull(5, 0, {1}, {}))
       .Write(dir + "/train");
+  // A provided tensor: pulled and pushed too early, then provided twice.
+  Conversation(1 | 4)
+      .Say(0, DefineProvided(1, "p", {8}))
+      .Say(1, DefineProvided(1, "p", {8}))
+      .Say(1, Pull(2, Fnv1a("p"), {0}, {}))
+      .Say(1, Push(3, Fnv1a("p"), 0))
+      .Say(0, Provide(2, Fnv1a("p")))
+      .Say(1, Provide(4, Fnv1a("p")))
+      .Say(1, Pull(5, Fnv1a("p"), {0}, {}))
+      .Write(dir + "/provided");
   // Sparse tables.
   Conversation(1 | 4)
       .Say(0, DefineTable(1, "emb", 4))

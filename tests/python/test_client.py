@@ -1,0 +1,290 @@
+"""tether.Client against real shards: exact values, the staleness bound,
+bad buffers refused before anything is sent, Ctrl-C in a held pull."""
+
+import re
+import signal
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import tether
+from tether_cluster import run_concurrently
+
+LR = np.float32(0.5)  # a power of two: lr * g is exact, FMA or not
+SGD = ["--optimizer", "sgd", "--lr", "0.5"]
+
+
+def sgd(w, g):
+    """The shards' SGD step in float32."""
+    return (w - LR * g).astype(np.float32)
+
+
+def test_values_exact(cluster):
+    # Blocks of 4 floats: a (3, 5) tensor is 4 blocks over both shards.
+    run = cluster(shards=2, workers=1, flags=["--block-size", "4"] + SGD)
+    rng = np.random.default_rng(7)
+    with tether.Client(run.coordinator) as c:
+        assert (c.rank, c.num_workers, c.num_shards) == (0, 1, 2)
+        initial = rng.standard_normal((3, 5)).astype(np.float32)
+        c.define_tensor("w", (3, 5), init=initial)
+        blocks = [s["dense_blocks"] for s in c.stats()]
+        assert sum(blocks) == 4 and min(blocks) > 0, blocks
+
+        np.testing.assert_array_equal(c.pull("w"), initial)
+        grad = rng.standard_normal((3, 5)).astype(np.float32)
+        c.push("w", grad)
+        c.clock()
+        expected = sgd(initial, grad)
+        got = c.pull("w")
+        assert got.dtype == np.float32 and got.shape == (3, 5)
+        np.testing.assert_array_equal(got, expected)
+
+        # A preallocated array is filled and returned, not copied.
+        buf = np.full((3, 5), -1.0, np.float32)
+        assert c.pull("w", buf) is buf
+        np.testing.assert_array_equal(buf, expected)
+        f = c.pull_async("w", np.empty(15, np.float32))
+        assert f.result(timeout=10) is None
+
+        # Torch CPU tensors as `out` and `grad`: their own memory is used.
+        out = torch.full((3, 5), -1.0)
+        pointer = out.data_ptr()
+        assert c.pull("w", out) is out
+        assert out.data_ptr() == pointer
+        np.testing.assert_array_equal(out.numpy(), expected)
+        tgrad = torch.from_numpy(
+            rng.standard_normal((3, 5)).astype(np.float32))
+        c.push("w", tgrad)
+        c.clock()
+        expected = sgd(expected, tgrad.numpy())
+        c.pull("w", out)
+        np.testing.assert_array_equal(out.numpy(), expected)
+
+        # Initializers the shards run themselves.
+        c.define_tensor("k", 6, init=("constant", 0.25))
+        np.testing.assert_array_equal(c.pull("k"), np.full(6, 0.25,
+                                                            np.float32))
+
+        # A table: rows created on first touch; a repeated key is applied
+        # once per occurrence, in order.
+        c.define_table("emb", 3)
+        big = 2**63 + 5  # keys are uint64
+        keys = np.array([7, 2, 7, big], np.uint64)
+        grads = rng.standard_normal((4, 3)).astype(np.float32)
+        zero = np.zeros(3, np.float32)
+        c.push_rows("emb", keys, grads)
+        c.clock()  # BSP: pushes apply once every worker ended the clock
+        rows = {7: sgd(sgd(zero, grads[0]), grads[2]),
+                2: sgd(zero, grads[1]), big: sgd(zero, grads[3]), 5: zero}
+        ask = [2, 7, big, 5, 7]
+        got = c.pull_rows("emb", np.array(ask, np.uint64))
+        assert got.shape == (5, 3) and got.dtype == np.float32
+        np.testing.assert_array_equal(got, np.stack([rows[k] for k in ask]))
+        # int64 keys and a torch output work alike.
+        out_rows = torch.empty(2, 3)
+        assert c.pull_rows("emb", np.array([2, 7]), out_rows) is out_rows
+        np.testing.assert_array_equal(out_rows.numpy(),
+                                      np.stack([rows[2], rows[7]]))
+        assert sum(s["sparse_rows"] for s in c.stats()) == 4
+
+
+def worker_clock(stats, rank):
+    """`rank`'s clock as every shard has it (the smallest)."""
+    return min(w["clock"] for s in stats for w in s["workers"]
+               if w["rank"] == rank)
+
+
+def test_bound_holds(cluster):
+    run = cluster(shards=2, workers=2, flags=["--block-size", "4"])
+    slow_period = 0.8  # the slow worker clocks this often
+    slow_clocks = 6
+    records = []  # (fast clock, slow clock before, seconds, slow clock after)
+
+    def fast():
+        with tether.Client(run.coordinator, staleness=1, rank=0) as c:
+            c.define_tensor("w", (2, 4))
+            out = np.empty((2, 4), np.float32)
+
+            def timed_pull():
+                before = worker_clock(c.stats(), 1)
+                start = time.monotonic()
+                c.pull("w", out)
+                took = time.monotonic() - start
+                records.append((c.clocks, before, took,
+                                worker_clock(c.stats(), 1)))
+
+            for _ in range(6):
+                timed_pull()
+                c.clock()
+            # Once the slow one is one clock behind, the pull is not held.
+            deadline = time.monotonic() + 10
+            while worker_clock(c.stats(), 1) < c.clocks - 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            timed_pull()
+
+    def slow():
+        with tether.Client(run.coordinator, staleness=1, rank=1) as c:
+            for _ in range(slow_clocks):
+                time.sleep(slow_period)
+                c.clock()
+
+    run_concurrently(fast, slow, timeout=60)
+    print("(fast clock, slow clock before, seconds, slow clock after):",
+          *records, sep="\n")
+    held = [r for r in records if r[0] - r[1] > 1]
+    free = [r for r in records if r[0] - r[1] <= 1]
+    # Ahead by 0 and 1 at clocks 0 and 1, by 2 from clock 2 to 5 (each held
+    # pull releases when the slow one clocks), by 1 again at clock 6.
+    assert [r[0] for r in held] == [2, 3, 4, 5], records
+    assert [r[0] for r in free] == [0, 1, 6], records
+    for clock, before, took, after in held:
+        # Waited for the slow worker's next clock, and no further.
+        assert took > slow_period / 2, records
+        assert after == clock - 1, records
+    for clock, before, took, after in free:
+        assert took < slow_period / 2, records
+        assert after == before, records
+
+
+def test_bad_input_value_error(cluster):
+    run = cluster(shards=2, workers=1, flags=["--block-size", "4"] + SGD)
+    values = np.arange(15, dtype=np.float32).reshape(3, 5)
+    with tether.Client(run.coordinator) as c:
+        c.define_tensor("w", (3, 5), init=values)
+        c.define_table("emb", 2)
+        c.pull_rows("emb", [1, 2])
+        before = c.stats()
+
+        bad = {
+            "float64": np.zeros((3, 5)),
+            "size": np.zeros((4, 4), np.float32),
+            "transposed": np.zeros((5, 3), np.float32).T,
+            "not a buffer": [0.0] * 15,
+            "torch float64": torch.zeros(3, 5, dtype=torch.float64),
+            "torch transposed": torch.zeros(5, 3).t(),
+        }
+        for what, grad in bad.items():
+            for call in (c.push, c.pull, c.provide):
+                with pytest.raises(ValueError) as e:
+                    call("w", grad)
+                message = str(e.value)
+                assert "'w'" in message, (what, message)
+                assert "(3, 5)" in message, (what, message)
+                assert "float32" in message, (what, message)
+            with pytest.raises(ValueError, match="'w'"):
+                c.push_async("w", grad)
+        with pytest.raises(ValueError, match="dtype is 'd'"):
+            c.push("w", bad["float64"])
+        with pytest.raises(ValueError, match="not C-contiguous"):
+            c.push("w", bad["transposed"])
+        with pytest.raises(ValueError, match="16 floats"):
+            c.push("w", bad["size"])
+        with pytest.raises(ValueError, match="got list"):
+            c.push("w", bad["not a buffer"])
+        read_only = np.zeros((3, 5), np.float32)
+        read_only.flags.writeable = False
+        with pytest.raises(ValueError, match="pull 'w'.*not writable"):
+            c.pull("w", read_only)
+        with pytest.raises(ValueError, match="'nope' is not defined"):
+            c.push("nope", np.zeros(1, np.float32))
+
+        # Rows: keys must be integers, rows (keys, dim) float32.
+        with pytest.raises(ValueError, match="integers.*float64"):
+            c.push_rows("emb", np.array([1.0, 2.0]),
+                        np.zeros((2, 2), np.float32))
+        with pytest.raises(ValueError, match="'emb'.*1-D"):
+            c.push_rows("emb", np.array([[1, 2]]),
+                        np.zeros((2, 2), np.float32))
+        with pytest.raises(ValueError,
+                           match=r"push_rows 'emb'.*float32.*\(2, 2\)"):
+            c.push_rows("emb", [1, 2], np.zeros((2, 3), np.float32))
+        with pytest.raises(ValueError,
+                           match=r"pull_rows 'emb'.*float32.*\(2, 2\)"):
+            c.pull_rows("emb", [1, 2], np.zeros((2, 2), np.float64))
+
+        # Nothing was sent: no push or pull counted, the values unchanged.
+        after = c.stats()
+        for b, a in zip(before, after):
+            assert (a["pushes"], a["pulls"], a["sparse_rows"]) == (
+                b["pushes"], b["pulls"], b["sparse_rows"])
+        assert not c.closed
+        np.testing.assert_array_equal(c.pull("w"), values)
+        np.testing.assert_array_equal(c.pull_rows("emb", [1, 2]),
+                                      np.zeros((2, 2), np.float32))
+
+        # The run goes on, for this client and for another one.
+        c.push("w", np.ones((3, 5), np.float32))
+        c.clock()
+        with tether.Client(run.coordinator, observer=True) as o:
+            assert o.rank == -1
+            o.define_tensor("w", (3, 5), init="provided")
+            np.testing.assert_array_equal(o.pull("w"), values - LR)
+            assert [s["pushes"] for s in o.stats()] == [
+                b["pushes"] + 1 for b in before]
+
+
+HELD_PULL = r"""
+import signal, sys, time
+import numpy as np
+import tether
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+c = tether.Client(sys.argv[1], staleness=0, rank=0)
+c.define_tensor("w", (4,))
+out = np.empty(4, np.float32)
+c.pull("w", out)
+c.clock()
+print("PULLING", flush=True)
+try:
+    c.pull("w", out)  # held: rank 1 never clocks
+    print("RETURNED", flush=True)
+except KeyboardInterrupt:
+    print(f"INTERRUPTED at {time.monotonic():.6f}", flush=True)
+print(f"CLOSED {c.closed}", flush=True)
+try:
+    c.pull("w", out)
+    print("PULLED AFTER CLOSE", flush=True)
+except tether.UnavailableError as e:
+    print(f"UNAVAILABLE {e}", flush=True)
+"""
+
+def test_ctrl_c_in_held_pull(cluster, spawn):
+    run = cluster(shards=1, workers=2)
+    held = spawn.python(HELD_PULL, "held", run.coordinator)
+    # This process is the other worker: it joins and does not clock until
+    # the held one was interrupted.
+    with tether.Client(run.coordinator, staleness=0, rank=1) as other:
+        held.wait_for_line("PULLING", 30)
+        deadline = time.monotonic() + 10
+        while other.stats()[0]["waiting_pulls"] < 1:
+            assert time.monotonic() < deadline, "the pull is not held"
+            time.sleep(0.05)
+        time.sleep(0.3)
+        assert "RETURNED" not in held.log()
+
+        sent = time.monotonic()
+        held.signal(signal.SIGINT)
+        line = held.wait_for_line("INTERRUPTED at", 5)
+        interrupted = float(re.search(r"at (\S+)", line).group(1))
+        assert interrupted - sent < 1.0, interrupted - sent
+        assert held.wait(10) == 0
+        log = held.log()
+        assert "CLOSED True" in log, log
+        assert "UNAVAILABLE unavailable: the client is closed" in log, log
+        run.shards[0].wait_for_line("worker 0 left", 10)
+
+        # The shard still serves: this worker's clock releases the pull
+        # the interrupted one left behind, and it goes on.
+        other.define_tensor("w", (4,))
+        np.testing.assert_array_equal(other.pull("w"), np.zeros(4,
+                                                                 np.float32))
+        other.push("w", np.ones(4, np.float32))
+        other.clock()
+        assert other.stats()[0]["waiting_pulls"] == 0
+        with tether.Client(run.coordinator, observer=True) as o:
+            o.define_tensor("w", (4,))
+            np.testing.assert_array_equal(o.pull("w"),
+                                          np.full(4, -0.01, np.float32))

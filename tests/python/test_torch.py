@@ -1,0 +1,186 @@
+"""tether.torch.ParameterServer against real shards: every worker starts
+from rank 0's module, a step pushes only the embedding rows it touched,
+a second provider does not overwrite the shards' values, and Ctrl-C ends a
+held pull of every parameter at once."""
+
+import re
+import signal
+import time
+
+import numpy as np
+import torch
+
+import tether
+import tether.torch
+from tether_cluster import run_concurrently
+
+ROWS, DIM, CLASSES = 10, 3, 2
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(ROWS, DIM, sparse=True)
+        self.fc = torch.nn.Linear(DIM, CLASSES)
+
+    def forward(self, ids):
+        return self.fc(self.emb(ids).mean(1))
+
+
+def seeded(seed):
+    torch.manual_seed(seed)
+    return Net()
+
+
+def values(model):
+    return {n: p.detach().clone().numpy() for n, p in
+            model.named_parameters()}
+
+
+def assert_values(model, expected):
+    got = values(model)
+    assert got.keys() == expected.keys()
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+def shard_values(coordinator):
+    """What the shards hold, as an observer sees it."""
+    with tether.Client(coordinator, observer=True) as o:
+        o.define_tensor("fc.weight", (CLASSES, DIM), "provided")
+        o.define_tensor("fc.bias", (CLASSES,), "provided")
+        o.define_table("emb.weight", DIM, "provided")
+        return {"emb.weight": o.pull_rows("emb.weight", np.arange(ROWS)),
+                "fc.weight": o.pull("fc.weight"),
+                "fc.bias": o.pull("fc.bias")}
+
+
+def test_torch_parameter_server(cluster):
+    torch.set_num_threads(1)
+    run = cluster(shards=2, workers=2, flags=[
+        "--block-size", "4", "--optimizer", "sgd", "--lr", "0.5"])
+    models = [seeded(0), seeded(1)]
+    initial = values(models[0])
+    assert not np.array_equal(values(models[1])["fc.weight"],
+                              initial["fc.weight"])
+    clients = []
+
+    def worker(rank):
+        def connect():
+            c = tether.Client(run.coordinator, staleness=1, rank=rank)
+            clients.append(c)
+            return c, tether.torch.ParameterServer(models[rank], c,
+                                                   timeout=30)
+        return connect
+
+    try:
+        (c0, ps0), (c1, ps1) = run_concurrently(worker(0), worker(1))
+        # Both start from rank 0's module, which the shards now hold.
+        assert_values(models[0], initial)
+        # Rank 1's dense parameters are pulled at once, its embedding rows
+        # when a batch uses them.
+        for name in ("fc.weight", "fc.bias"):
+            np.testing.assert_array_equal(
+                dict(models[1].named_parameters())[name].detach().numpy(),
+                initial[name])
+        models[1](torch.tensor([list(range(ROWS))]))
+        assert_values(models[1], initial)
+        assert_values_dict(shard_values(run.coordinator), initial)
+
+        # One step of rank 0 touching rows 1 and 3 (3 twice).
+        ids = torch.tensor([[1, 3], [3, 3]])
+        loss = (models[0](ids) ** 2).sum()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in models[0].named_parameters()}
+        sparse = grads["emb.weight"].coalesce()
+        touched = sparse.indices()[0].tolist()
+        assert touched == [1, 3]
+        ps0.step()
+        assert all(p.grad is None for p in models[0].parameters())
+
+        half = np.float32(0.5)  # the lr: exact products
+        expected = {
+            "fc.weight": initial["fc.weight"] - half * grads["fc.weight"]
+            .numpy(),
+            "fc.bias": initial["fc.bias"] - half * grads["fc.bias"].numpy(),
+            "emb.weight": initial["emb.weight"].copy(),
+        }
+        for row, g in zip(touched, sparse.values().numpy()):
+            expected["emb.weight"][row] -= half * g
+        on_shards = shard_values(run.coordinator)
+        assert_values_dict(on_shards, expected)
+        untouched = [r for r in range(ROWS) if r not in touched]
+        np.testing.assert_array_equal(on_shards["emb.weight"][untouched],
+                                      initial["emb.weight"][untouched])
+        # Rank 0 pulled the dense result in step(); rank 1 pulls it now.
+        for name in ("fc.weight", "fc.bias"):
+            np.testing.assert_array_equal(
+                dict(models[0].named_parameters())[name].detach().numpy(),
+                expected[name])
+        ps1.pull()
+        np.testing.assert_array_equal(models[1].fc.weight.detach().numpy(),
+                                      expected["fc.weight"])
+
+        # A second ParameterServer over the initialized tensors (a resumed
+        # worker): its module's values are provided but the shards keep
+        # theirs, and it starts from those.
+        fresh = seeded(2)
+        assert not np.array_equal(values(fresh)["fc.bias"],
+                                  expected["fc.bias"])
+        tether.torch.ParameterServer(fresh, c0, timeout=30)
+        np.testing.assert_array_equal(fresh.fc.weight.detach().numpy(),
+                                      expected["fc.weight"])
+        np.testing.assert_array_equal(fresh.fc.bias.detach().numpy(),
+                                      expected["fc.bias"])
+        fresh(torch.tensor([[1, 5]]))
+        np.testing.assert_array_equal(
+            fresh.emb.weight.detach().numpy()[[1, 5]],
+            expected["emb.weight"][[1, 5]])
+        assert_values_dict(shard_values(run.coordinator), expected)
+    finally:
+        for c in clients:
+            c.close()
+
+
+def assert_values_dict(got, expected):
+    assert got.keys() == expected.keys()
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+HELD_STEP = r"""
+import signal, sys, time
+import torch
+import tether, tether.torch
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+c = tether.Client(sys.argv[1], staleness=0, rank=0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+ps = tether.torch.ParameterServer(model, c, timeout=30)
+c.clock()
+print("PULLING", flush=True)
+try:
+    ps.pull()  # 4 tensors, held: rank 1 never clocks
+    print("RETURNED", flush=True)
+except KeyboardInterrupt:
+    print(f"INTERRUPTED at {time.monotonic():.6f}", flush=True)
+"""
+
+
+def test_ctrl_c_in_held_parameter_server_pull(cluster, spawn):
+    run = cluster(shards=1, workers=2)
+    held = spawn.python(HELD_STEP, "held", run.coordinator)
+    with tether.Client(run.coordinator, staleness=0, rank=1) as other:
+        held.wait_for_line("PULLING", 30)
+        deadline = time.monotonic() + 10
+        while other.stats()[0]["waiting_pulls"] < 4:
+            assert time.monotonic() < deadline, "the pulls are not held"
+            time.sleep(0.05)
+        sent = time.monotonic()
+        held.signal(signal.SIGINT)
+        # One Ctrl-C ends the wait for every tensor's pull.
+        line = held.wait_for_line("INTERRUPTED at", 5)
+        interrupted = float(re.search(r"at (\S+)", line).group(1))
+        assert interrupted - sent < 1.0, interrupted - sent
+        assert held.wait(10) == 0
+        assert "RETURNED" not in held.log()

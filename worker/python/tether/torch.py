@@ -1,0 +1,256 @@
+"""tether.torch: any torch.nn.Module on tether's parameter server.
+
+    torch.manual_seed(client.seed)      # every worker builds the same module
+    model = Net()
+    ps = tether.torch.ParameterServer(model, client)
+    for x, y in loader:
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        ps.step()                       # push every .grad, clock, pull
+
+One tensor per entry of model.named_parameters(), same names and shapes.
+Rank 0 provides its module's values (PyTorch's own initialization) once,
+atomically with the definition: a tensor that already has values keeps them
+(a resumed run keeps its checkpoint), and every worker starts from the
+shards' values. nn.Embedding(..., sparse=True) weights become sparse tables:
+only the rows a batch touches are pulled (in a forward pre-hook) and pushed.
+Parameters on a GPU go through pinned host buffers; CPU parameters are
+pulled into and pushed from their own memory.
+"""
+
+import time
+
+import numpy as np
+import torch
+
+from . import NotReadyError, worker_share
+
+__all__ = ["ParameterServer", "ChunkSampler"]
+
+
+def _host_view(t):
+    """A NumPy view of CPU tensor `t`'s memory (no copy)."""
+    return t.detach().numpy()
+
+
+class _Dense:
+    def __init__(self, name, param):
+        self.name = name
+        self.param = param
+        self.shape = tuple(param.shape) or (1,)
+        self.cuda = param.device.type != "cpu"
+        if self.cuda:
+            pin = torch.cuda.is_available()
+            self.host = torch.empty(param.shape, dtype=torch.float32,
+                                    pin_memory=pin)
+            self.host_grad = torch.empty(param.shape, dtype=torch.float32,
+                                         pin_memory=pin)
+            self.pull_buffer = _host_view(self.host)
+        else:
+            self.pull_buffer = _host_view(param.data)
+
+
+class _Sparse:
+    def __init__(self, name, module):
+        self.name = name
+        self.module = module
+        self.param = module.weight
+        self.rows, self.dim = module.weight.shape
+
+
+class ParameterServer:
+    """Puts `model`'s parameters on the shards `client` is connected to.
+
+    Constructing it defines the tensors and tables, provides rank 0's
+    values and pulls them (waiting up to `timeout` seconds for rank 0).
+    """
+
+    def __init__(self, model, client, *, timeout=600.0):
+        self.model = model
+        self.client = client
+        self.wait_seconds = 0.0  # time spent in pull(): waiting for others
+        self._dense = []
+        self._sparse = []
+        sparse_modules = {}
+        for mod_name, mod in model.named_modules():
+            if isinstance(mod, torch.nn.Embedding) and mod.sparse:
+                sparse_modules[f"{mod_name}.weight" if mod_name else
+                               "weight"] = mod
+        for name, p in model.named_parameters():
+            if p.dtype != torch.float32:
+                raise ValueError(
+                    f"parameter '{name}' is {p.dtype}; tether holds float32 "
+                    "parameters (call model.float())")
+            if name in sparse_modules:
+                entry = _Sparse(name, sparse_modules[name])
+                client.define_table(name, entry.dim, "provided")
+                entry.module.register_forward_pre_hook(self._pull_rows_hook(
+                    entry))
+                self._sparse.append(entry)
+            else:
+                entry = _Dense(name, p)
+                client.define_tensor(name, entry.shape, "provided")
+                self._dense.append(entry)
+        if client.rank == 0:
+            self._provide()
+        deadline = time.monotonic() + timeout
+        for d in self._dense:
+            client.pull_when_ready(d.name, d.pull_buffer,
+                                   timeout=max(0.0, deadline -
+                                               time.monotonic()))
+            if d.cuda:
+                d.param.data.copy_(d.host)
+
+    def _provide(self):
+        """Rank 0: the module's own values, where the shards have none."""
+        futures = []
+        for d in self._dense:
+            values = d.param.detach().to("cpu", torch.float32).contiguous()
+            futures.append((values, self.client._c.provide_async(
+                d.name, _host_view(values))))
+        for s in self._sparse:
+            values = s.param.detach().to("cpu", torch.float32).contiguous()
+            keys = np.arange(s.rows, dtype=np.uint64)
+            futures.append((values, self.client._c.rows_async(
+                2, s.name, keys, _host_view(values))))
+        for _, f in futures:
+            f.result()
+
+    def _pull_rows_hook(self, entry):
+        def hook(module, inputs):
+            keys = torch.unique(inputs[0].detach()).cpu().to(torch.int64)
+            rows = np.empty((len(keys), entry.dim), np.float32)
+            start = time.monotonic()
+            while True:
+                try:
+                    self.client.pull_rows(entry.name, keys.numpy(), rows)
+                    break
+                except NotReadyError:  # rank 0 is still providing them
+                    time.sleep(0.05)
+            self.wait_seconds += time.monotonic() - start
+            with torch.no_grad():
+                module.weight[keys.to(module.weight.device)] = torch.from_numpy(
+                    rows).to(module.weight.device)
+        return hook
+
+    def pull(self):
+        """Copies the current values of every dense parameter into the
+        module (all at once); sparse rows are pulled as batches use them.
+        Waits while the slowest worker is more than the bound behind."""
+        start = time.monotonic()
+        futures = [self.client._c.pull_async(d.name, d.pull_buffer)
+                   for d in self._dense]
+        _results(futures)
+        for d in self._dense:
+            if d.cuda:
+                d.param.data.copy_(d.host, non_blocking=True)
+        self.wait_seconds += time.monotonic() - start
+
+    def push(self, clock=False):
+        """Sends every parameter's .grad (all at once), then clears them.
+        A parameter without a gradient is not pushed. With `clock`, the
+        clock that ends the iteration goes right behind the pushes (the
+        shards apply it after them) instead of after their answers; it
+        happens even when a push is refused, and its own error, if any,
+        is the one raised."""
+        futures = []
+        keep = []
+        for d in self._dense:
+            g = d.param.grad
+            if g is None:
+                continue
+            if d.cuda:
+                d.host_grad.copy_(g)
+                g = d.host_grad
+            else:
+                g = g.contiguous()
+            keep.append(g)
+            futures.append(self.client._c.push_async(d.name, _host_view(g)))
+        for s in self._sparse:
+            g = s.param.grad
+            if g is None:
+                continue
+            g = g.coalesce() if g.is_sparse else g.to_sparse().coalesce()
+            keys = g.indices()[0].cpu().numpy().astype(np.uint64)
+            values = g.values().to("cpu", torch.float32).contiguous()
+            keep.append(values)
+            futures.append(self.client._c.rows_async(1, s.name, keys,
+                                                     _host_view(values)))
+        clocked = self.client._c.clock_async() if clock else None
+        try:
+            refused = None
+            try:
+                _results(futures)
+            except Exception as e:  # noqa: BLE001 -- the clock's error wins
+                if clocked is None:
+                    raise
+                refused = e
+            if clocked is not None:
+                clocked.result()
+            if refused is not None:
+                raise refused
+        finally:
+            for d in self._dense:
+                d.param.grad = None
+            for s in self._sparse:
+                s.param.grad = None
+
+    def clock(self):
+        """Ends this worker's iteration."""
+        self.client.clock()
+
+    def step(self):
+        """push(clock=True) and the next pull()."""
+        self.push(clock=True)
+        self.pull()
+
+
+def _results(futures):
+    """Waits for every future; raises the first error after all ended."""
+    first = None
+    for f in futures:
+        try:
+            f.result()
+        except Exception as e:  # re-raised below; Ctrl-C ends the wait now
+            if first is None:
+                first = e
+    if first is not None:
+        raise first
+
+
+class ChunkSampler(torch.utils.data.Sampler):
+    """Dataset indices from the coordinator's chunked handout: a worker
+    asks for the next chunk when it has used the last, so faster workers
+    take more rows, and every row is used once per epoch (a dead worker's
+    chunk goes to another). Every worker of the run must use the same
+    dataset_len, chunk_rows and epochs.
+
+    `epoch` is the epoch of the chunk being handed out.
+    """
+
+    def __init__(self, client, dataset_len, chunk_rows, epochs):
+        self.client = client
+        self.dataset_len = int(dataset_len)
+        self.chunk_rows = int(chunk_rows)
+        self.epochs = int(epochs)
+        self.epoch = 0
+
+    def __iter__(self):
+        order, order_epoch = None, -1
+        while True:
+            chunk = self.client.next_chunk(self.dataset_len, self.chunk_rows,
+                                           self.epochs)
+            if chunk.count == 0:
+                if chunk.finished:
+                    return
+                # Others hold the last chunks and one may come back. Keep
+                # the clock moving meanwhile, so no one waits for this one.
+                self.client.clock()
+                time.sleep(0.1)
+                continue
+            if chunk.epoch != order_epoch:
+                order = worker_share(self.dataset_len, 0, 1, self.client.seed,
+                                     chunk.epoch)
+                order_epoch = chunk.epoch
+            self.epoch = chunk.epoch
+            yield from order[chunk.first:chunk.first + chunk.count].tolist()

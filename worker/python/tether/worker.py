@@ -1,0 +1,400 @@
+"""python3 -m tether.worker: trains a user's PyTorch model file on tether.
+
+    python3 -m tether.worker --coordinator HOST:PORT \\
+        --model my_model.py:Net --data fashion-mnist --staleness 2
+
+The model class is built (with --model-args as keyword arguments) after
+torch.manual_seed(run seed), so every worker's module starts alike; rank 0
+provides its values to the shards (tether.torch.ParameterServer). The
+training is tether-worker's, with its robustness: a lost shard is waited for
+and the step repeated; a resumed run skips the batches its round covered; a
+stop request (the dashboard's Stop run) ends the run cleanly; a push refused
+as too stale or non-finite costs that gradient only; a NaN loss stops the
+worker (exit 1).
+
+The model gets batches of shape (batch, *--input-shape) (default: 1,28,28
+for 784-pixel images, else the row's features) and returns class logits;
+the loss is cross-entropy.
+"""
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import tether
+import tether.torch
+
+
+class Stopped(Exception):
+    """The run was stopped (POST /api/stop): training ends after a step."""
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python3 -m tether.worker",
+        description="Trains a PyTorch model from a file on a tether run.")
+    p.add_argument("--coordinator", required=True,
+                   help="HOST:PORT of shard 0")
+    p.add_argument("--model", required=True, metavar="FILE.py:CLASS",
+                   help="the model: a torch.nn.Module subclass in a file")
+    p.add_argument("--model-args", default="{}", metavar="JSON",
+                   help="keyword arguments for the model class")
+    p.add_argument("--data", default="fashion-mnist",
+                   help="fashion-mnist, or IMAGES,LABELS (IDX files)")
+    p.add_argument("--test-data", default=None,
+                   help="like --data (default: Fashion-MNIST's test split "
+                        "with --data fashion-mnist)")
+    p.add_argument("--input-shape", default=None, metavar="C,H,W",
+                   help="the shape of one example as the model takes it")
+    p.add_argument("--staleness", type=int, default=0,
+                   help="SSP bound: 0 BSP, -1 fully asynchronous")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--rank", type=int, default=-1)
+    p.add_argument("--chunk-rows", type=int, default=0,
+                   help="take chunks of this many rows from the coordinator "
+                        "(0: a fixed share per worker)")
+    p.add_argument("--slowdown", type=float, default=1.0,
+                   help="make each step this many times slower (a straggler)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads (0: torch's default)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    p.add_argument("--report-every", type=int, default=10,
+                   help="report progress to the coordinator every N clocks")
+    p.add_argument("--eval-every", type=int, default=200,
+                   help="rank 0 evaluates every N clocks (0: at the end only)")
+    p.add_argument("--auth-key-file", default=None)
+    p.add_argument("--name", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="at the end, print where a step's time went: torch, "
+                        "the wire (blocked on tether) and the rest (Python "
+                        "and the binding)")
+    p.add_argument("--evaluate-only", action="store_true",
+                   help="pull the weights as an observer, print the test "
+                        "accuracy, exit")
+    a = p.parse_args(argv)
+    for flag, value, low in (("--epochs", a.epochs, 1), ("--batch", a.batch, 1),
+                             ("--chunk-rows", a.chunk_rows, 0),
+                             ("--threads", a.threads, 0)):
+        if value < low:
+            p.error(f"{flag}: must be at least {low}, got {value}")
+    if not a.slowdown >= 1.0:
+        p.error(f"--slowdown: must be at least 1, got {a.slowdown}")
+    try:
+        a.model_args = json.loads(a.model_args)
+    except ValueError as e:
+        p.error(f"--model-args: not JSON: {e}")
+    if not isinstance(a.model_args, dict):
+        p.error("--model-args: expected a JSON object")
+    return a
+
+
+def load_model_class(spec):
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise SystemExit(f"--model: expected FILE.py:CLASS, got '{spec}'")
+    if not os.path.isfile(path):
+        raise SystemExit(f"--model: no such file '{path}'")
+    module_spec = importlib.util.spec_from_file_location(
+        os.path.splitext(os.path.basename(path))[0], path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module
+    module_spec.loader.exec_module(module)
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise SystemExit(f"--model: '{path}' has no '{name}'")
+    return cls
+
+
+def load_data(spec, train, flag):
+    if spec == "fashion-mnist":
+        return tether.load_fashion_mnist(train)
+    images, sep, labels = spec.partition(",")
+    if not sep:
+        raise SystemExit(f"{flag}: expected fashion-mnist or IMAGES,LABELS "
+                         f"(two IDX files), got '{spec}'")
+    return tether.load_idx(images, labels)
+
+
+def input_shape(text, features):
+    if text:
+        try:
+            shape = tuple(int(d) for d in text.split(","))
+        except ValueError:
+            raise SystemExit(f"--input-shape: expected C,H,W, got '{text}'")
+        if math.prod(shape) != features:
+            raise SystemExit(f"--input-shape {text}: {math.prod(shape)} "
+                             f"values, the data has {features} per row")
+        return shape
+    side = math.isqrt(features)
+    return (1, side, side) if side * side == features else (features,)
+
+
+def evaluate(model, test, shape, device):
+    """(accuracy, mean loss) of `model` on `test` (x, y, classes)."""
+    x = torch.from_numpy(test[0])
+    y = torch.from_numpy(test[1]).to(torch.int64)
+    correct, loss_sum = 0, 0.0
+    model.eval()
+    with torch.no_grad():
+        for first in range(0, len(y), 1000):
+            out = model(x[first:first + 1000].reshape((-1,) + shape).to(
+                device)).cpu()
+            yb = y[first:first + 1000]
+            loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
+            correct += int((out.argmax(1) == yb).sum())
+    model.train()
+    return correct / len(y), loss_sum / len(y)
+
+
+class Trainer:
+    def __init__(self, a, client, model, train, test, shape, device):
+        self.a, self.client, self.model = a, client, model
+        self.x, self.y = torch.from_numpy(train[0]), torch.from_numpy(train[1])
+        self.test = test
+        self.shape, self.device = shape, device
+        self.ps = tether.torch.ParameterServer(model, client)
+        self.rejected = 0
+        self.samples = 0
+        self.loss_sum, self.loss_count, self.last_loss = 0.0, 0, None
+        self.accuracy = None
+        self.start = self.last_report = time.monotonic()
+        self.host = socket.gethostname()
+        self.samples_at_report = 0
+        self.wait_at_report = 0.0
+        self.rate = 0.0
+        self.tty = sys.stdout.isatty()
+        self.steps = 0
+        self.step_s = self.torch_s = self.wire_s = 0.0  # --profile
+
+    # --- robustness (worker/training_loop.h's, in Python) ----------------
+    def surviving_lost_shards(self, step):
+        c = self.client
+        while True:
+            if c.stop_requested:
+                raise Stopped(c.stop_reason)
+            lost_before = c.shard_losses
+            try:
+                return step()
+            except tether.UnavailableError as e:
+                if c.shard_losses == lost_before:
+                    try:
+                        c.await_shards(0)
+                        raise  # every shard is connected: not a lost one
+                    except tether.UnavailableError:
+                        pass
+                print(f"worker {c.rank}: {e.message}; the step is repeated "
+                      "once the shard is back", file=sys.stderr, flush=True)
+                c.await_shards(180)
+
+    def train(self):
+        rows = len(self.y)
+        try:
+            if self.a.chunk_rows > 0:
+                self.train_chunks(rows)
+            else:
+                self.train_share(rows)
+        except Stopped as e:
+            print(f"worker {self.client.rank}: stopping at clock "
+                  f"{self.client.clocks}: {e}", file=sys.stderr, flush=True)
+        self.ps.pull()
+        self.report(self.a.epochs - 1, evaluate=True, final=True)
+        if self.a.profile:
+            self.print_profile()
+
+    def train_share(self, rows):
+        c = self.client
+        start_clock, clock = c.clocks, 0
+        for epoch in range(self.a.epochs):
+            order = tether.worker_share(rows, c.rank, c.num_workers, c.seed,
+                                        epoch)
+            for first in range(0, len(order), self.a.batch):
+                clock += 1
+                if clock <= start_clock:
+                    continue  # a resumed run: covered by the round
+                batch = order[first:first + self.a.batch]
+                self.surviving_lost_shards(lambda: self.step(batch, epoch))
+
+    def train_chunks(self, rows):
+        c = self.client
+        order, order_epoch = None, -1
+        while True:
+            if c.stop_requested:
+                raise Stopped(c.stop_reason)
+            chunk = c.next_chunk(rows, self.a.chunk_rows, self.a.epochs)
+            if chunk.count == 0:
+                if chunk.finished:
+                    return
+                c.clock()
+                time.sleep(0.1)
+                continue
+            if chunk.epoch != order_epoch:
+                order = tether.worker_share(rows, 0, 1, c.seed, chunk.epoch)
+                order_epoch = chunk.epoch
+            part = order[chunk.first:chunk.first + chunk.count]
+            for first in range(0, len(part), self.a.batch):
+                batch = part[first:first + self.a.batch]
+                self.surviving_lost_shards(
+                    lambda: self.step(batch, chunk.epoch))
+
+    # --- one step ----------------------------------------------------------
+    def step(self, batch, epoch):
+        c = self.client
+        step_start, wire_start = time.perf_counter(), tether.wait_seconds()
+        index = torch.from_numpy(batch.astype(np.int64))
+        x = self.x[index].reshape((len(batch),) + self.shape).to(self.device)
+        y = self.y[index].to(torch.int64).to(self.device)
+        torch_s = time.perf_counter() - step_start
+        self.ps.pull()
+        compute_start = time.monotonic()
+        torch_start = time.perf_counter()
+        loss = F.cross_entropy(self.model(x), y)
+        loss.backward()
+        value = float(loss)
+        torch_s += time.perf_counter() - torch_start
+        if self.a.slowdown > 1.0:
+            time.sleep((time.monotonic() - compute_start) *
+                       (self.a.slowdown - 1.0))
+        if not math.isfinite(value):
+            raise SystemExit(
+                f"worker {c.rank}: the training loss is {value} at clock "
+                f"{c.clocks} (epoch {epoch}): the model diverged, so this "
+                "worker stops. Lower --lr, or look for extreme values in "
+                "the data")
+        try:
+            self.ps.push(clock=True)
+        except (tether.StalePushError, tether.NonFiniteError) as e:
+            # The gradient is lost, the clock went ahead.
+            if self.rejected % 100 == 0:
+                print(f"worker {c.rank}: push at clock {c.clocks} refused: "
+                      f"{e.message} (dropped; {self.rejected + 1} so far)",
+                      file=sys.stderr, flush=True)
+            self.rejected += 1
+        self.samples += len(batch)
+        self.loss_sum += value
+        self.loss_count += 1
+        self.last_loss = value
+        eval_due = (self.a.eval_every > 0 and c.rank == 0 and
+                    c.clocks % self.a.eval_every == 0)
+        if eval_due or c.clocks % max(1, self.a.report_every) == 0:
+            self.report(epoch, evaluate=eval_due, final=False)
+        self.steps += 1
+        self.step_s += time.perf_counter() - step_start
+        self.torch_s += torch_s
+        self.wire_s += tether.wait_seconds() - wire_start
+
+    def print_profile(self):
+        n = max(1, self.steps)
+        rest = self.step_s - self.torch_s - self.wire_s
+        print(f"profile: {self.steps} steps, per step {1e3 * self.step_s / n:.3f}"
+              f" ms: torch {1e3 * self.torch_s / n:.3f} ms, wire "
+              f"{1e3 * self.wire_s / n:.3f} ms, python+binding "
+              f"{1e3 * rest / n:.3f} ms "
+              f"({100 * rest / max(self.step_s, 1e-9):.2f}%)", flush=True)
+
+    def evaluate(self):
+        if self.test is None:
+            return None
+        return evaluate(self.model, self.test, self.shape, self.device)
+
+    def report(self, epoch, evaluate, final):
+        c = self.client
+        now = time.monotonic()
+        dt = now - self.last_report
+        if dt > 0 and self.samples > self.samples_at_report:
+            self.rate = (self.samples - self.samples_at_report) / dt
+            wait = min(1.0, (self.ps.wait_seconds - self.wait_at_report) / dt)
+        else:
+            wait = 0.0
+        self.last_report, self.samples_at_report = now, self.samples
+        self.wait_at_report = self.ps.wait_seconds
+        accuracy, test_loss = -1.0, -1.0
+        if evaluate:
+            result = self.evaluate()
+            if result is not None:
+                accuracy, test_loss = result
+                self.accuracy = accuracy
+        loss = (self.loss_sum / self.loss_count if self.loss_count else
+                (self.last_loss or 0.0))
+        self.loss_sum, self.loss_count = 0.0, 0
+        c.report(epoch=epoch, samples=self.samples, loss=loss,
+                 samples_per_s=self.rate, test_accuracy=accuracy,
+                 test_loss=test_loss, device=str(self.device),
+                 host=self.host, wait_fraction=wait, done=final)
+        if self.a.quiet and not final:
+            return
+        acc = (f" test accuracy {100 * self.accuracy:.1f}%"
+               if self.accuracy is not None else "")
+        loss_text = (f"{self.last_loss:.4f}" if self.last_loss is not None
+                     else "-")
+        line = (f"worker {c.rank}: epoch {epoch + 1}/{self.a.epochs} clock "
+                f"{c.clocks} loss {loss_text}{acc} {self.rate:.0f} samples/s")
+        if final:
+            print(f"{chr(13) if self.tty else ''}{line} (done in "
+                  f"{time.monotonic() - self.start:.1f} s)", flush=True)
+        else:
+            print(f"{chr(13) if self.tty else ''}{line}",
+                  end="   " if self.tty else "\n", flush=True)
+
+
+def evaluate_only(a, cls, test, shape, device):
+    """The run's current weights on the test set, as an observer."""
+    with tether.Client(a.coordinator, observer=True,
+                       auth_key_file=a.auth_key_file,
+                       name="python -m tether.worker --evaluate-only") as c:
+        torch.manual_seed(c.seed)
+        model = cls(**a.model_args).to(device)
+        tether.torch.ParameterServer(model, c)
+        accuracy, loss = evaluate(model, test, shape, device)
+    print(f"test accuracy {accuracy:.4f} loss {loss:.4f} over {len(test[1])} "
+          "rows", flush=True)
+    return 0
+
+
+def main(argv=None):
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    device = torch.device(a.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {a.device}: torch sees no CUDA device")
+    cls = load_model_class(a.model)
+    test_spec = a.test_data or (a.data if a.data == "fashion-mnist" else None)
+    test = load_data(test_spec, False, "--test-data") if test_spec else None
+    if a.evaluate_only and test is None:
+        raise SystemExit("--evaluate-only: needs --test-data")
+    train = None if a.evaluate_only else load_data(a.data, True, "--data")
+    features = (test if a.evaluate_only else train)[0].shape[1]
+    shape = input_shape(a.input_shape, features)
+    if a.evaluate_only:
+        return evaluate_only(a, cls, test, shape, device)
+    with tether.Client(a.coordinator, a.staleness, a.rank,
+                       auth_key_file=a.auth_key_file,
+                       name=a.name or f"python {a.model}") as client:
+        torch.manual_seed(client.seed)
+        model = cls(**a.model_args).to(device)
+        if not a.quiet:
+            print(f"worker {client.rank}: {a.model} computes on {device}",
+                  flush=True)
+        Trainer(a, client, model, train, test, shape, device).train()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except tether.Error as e:
+        print(f"tether.worker: {e}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
