@@ -632,7 +632,9 @@ std::string Monitor::ConfigLocked() const {
   const RunSettings& s = settings_;
   json::object seeds;
   seeds["run"] = s.seed;
-  seeds["initial_values"] = "pure function of (seed, tensor, index)";
+  seeds["initial_values"] =
+      "pure function of (seed, tensor, index); init provided: rank 0's "
+      "values (tether.torch: its module built under the run seed)";
   seeds["data_order"] = "pure function of (seed, rank, epoch)";
   json::object o;
   o["run_id"] = s.run_id;

@@ -163,10 +163,11 @@ Floats CheckFloats(const py::object& obj, bool writable,
   ssize_t stride = 4;
   for (ssize_t d = info.ndim - 1; d >= 0; --d) {
     if (info.shape[d] > 1 && info.strides[d] != stride) {
-      throw py::value_error(what + ": the array is not C-contiguous, " +
-                            expected +
-                            " (use numpy.ascontiguousarray or "
-                            "tensor.contiguous())");
+      std::string message = what;
+      message += ": the array is not C-contiguous, ";
+      message += expected;
+      message += " (use numpy.ascontiguousarray or tensor.contiguous())";
+      throw py::value_error(message);
     }
     stride *= info.shape[d];
   }
@@ -229,6 +230,19 @@ py::dict StatsDict(const ShardStats& s) {
     workers.append(wd);
   }
   d["workers"] = workers;
+  d["reports"] = s.reports;
+  py::list epochs;
+  for (const ShardStats::DataEpoch& e : s.data_epochs) {
+    py::dict ed;
+    ed["epoch"] = e.epoch;
+    ed["chunks_total"] = e.chunks_total;
+    ed["chunks_done"] = e.chunks_done;
+    ed["rows_done"] = e.rows_done;
+    ed["duplicates"] = e.duplicates;
+    epochs.append(ed);
+  }
+  d["data_epochs"] = epochs;
+  d["chunks_reassigned"] = s.chunks_reassigned;
   return d;
 }
 
@@ -284,7 +298,12 @@ class PyClient {
     client_ = std::move(*connected);
   }
 
-  ~PyClient() { Close(); }
+  ~PyClient() {
+    try {
+      Close();
+    } catch (...) {  // a destructor must not throw; closing is best effort
+    }
+  }
 
   void Close() {
     std::unique_ptr<Client> client = std::move(client_);
@@ -492,7 +511,7 @@ py::object PyFuture::result(std::optional<double> timeout) {
   return py::none();
 }
 
-py::tuple DatasetArrays(DenseDataset d) {
+py::tuple DatasetArrays(DenseDataset&& d) {
   auto owner = std::make_unique<DenseDataset>(std::move(d));
   DenseDataset* raw = owner.get();
   py::capsule free(owner.release(),
@@ -500,7 +519,7 @@ py::tuple DatasetArrays(DenseDataset d) {
   py::array_t<float> x({static_cast<py::ssize_t>(raw->rows),
                         static_cast<py::ssize_t>(raw->features)},
                        raw->x.data(), free);
-  py::array_t<int32_t> y({static_cast<py::ssize_t>(raw->rows)}, raw->y.data(),
+  py::array_t<int32_t> y(static_cast<py::ssize_t>(raw->rows), raw->y.data(),
                          free);
   return py::make_tuple(x, y, raw->classes);
 }
@@ -512,6 +531,8 @@ PYBIND11_MODULE(_tether, m) {
   using namespace tether;
   m.doc() = "tether's client library (worker/client.h); use the tether package";
 
+  // pybind11 takes a function pointer of this exact signature.
+  // NOLINTNEXTLINE(performance-unnecessary-value-param)
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -564,43 +585,49 @@ PYBIND11_MODULE(_tether, m) {
       .def("define_tensor", &PyClient::DefineTensor)
       .def("define_table", &PyClient::DefineTable)
       .def("pull_async",
-           [](py::object self, const std::string& name, py::object out) {
+           [](const py::object& self, const std::string& name,
+              const py::object& out) {
              return PyFuture(self.cast<PyClient&>().PullStart(name, out), self);
            })
       .def("push_async",
-           [](py::object self, const std::string& name, py::object grad) {
+           [](const py::object& self, const std::string& name,
+              const py::object& grad) {
              return PyFuture(self.cast<PyClient&>().PushStart(name, grad),
                              self);
            })
       .def("provide_async",
-           [](py::object self, const std::string& name, py::object values) {
+           [](const py::object& self, const std::string& name,
+              const py::object& values) {
              return PyFuture(self.cast<PyClient&>().ProvideStart(name, values),
                              self);
            })
-      .def("pull", [](PyClient& self, const std::string& name,
-                      py::object out) { self.Wait(self.PullStart(name, out)); })
+      .def("pull",
+           [](PyClient& self, const std::string& name, const py::object& out) {
+             self.Wait(self.PullStart(name, out));
+           })
       .def("push",
-           [](PyClient& self, const std::string& name, py::object grad) {
+           [](PyClient& self, const std::string& name, const py::object& grad) {
              self.Wait(self.PushStart(name, grad));
            })
       .def("provide",
-           [](PyClient& self, const std::string& name, py::object values) {
+           [](PyClient& self, const std::string& name,
+              const py::object& values) {
              self.Wait(self.ProvideStart(name, values));
            })
       .def("rows_async",
-           [](py::object self, int op, const std::string& table,
-              py::object keys, py::object rows) {
+           [](const py::object& self, int op, const std::string& table,
+              const py::object& keys, const py::object& rows) {
              return PyFuture(
                  self.cast<PyClient&>().RowsStart(table, keys, rows, op), self);
            })
       .def("rows",
-           [](PyClient& self, int op, const std::string& table, py::object keys,
-              py::object rows) {
+           [](PyClient& self, int op, const std::string& table,
+              const py::object& keys, const py::object& rows) {
              self.Wait(self.RowsStart(table, keys, rows, op));
            })
       .def("clock", [](PyClient& self) { self.Wait(self.ClockStart()); })
       .def("clock_async",
-           [](py::object self) {
+           [](const py::object& self) {
              return PyFuture(self.cast<PyClient&>().ClockStart(), self);
            })
       .def("report",

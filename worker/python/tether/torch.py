@@ -34,13 +34,18 @@ def _host_view(t):
 
 
 class _Dense:
+    """A dense parameter. CPU parameters are pulled into their own memory;
+    GPU ones (and non-contiguous ones) go through host buffers, pinned for
+    a GPU so the copies are DMA transfers."""
+
     def __init__(self, name, param):
         self.name = name
         self.param = param
         self.shape = tuple(param.shape) or (1,)
-        self.cuda = param.device.type != "cpu"
+        self.cuda = (param.device.type != "cpu" or
+                     not param.data.is_contiguous())
         if self.cuda:
-            pin = torch.cuda.is_available()
+            pin = param.device.type == "cuda" and torch.cuda.is_available()
             self.host = torch.empty(param.shape, dtype=torch.float32,
                                     pin_memory=pin)
             self.host_grad = torch.empty(param.shape, dtype=torch.float32,
@@ -91,6 +96,7 @@ class ParameterServer:
                 entry = _Dense(name, p)
                 client.define_tensor(name, entry.shape, "provided")
                 self._dense.append(entry)
+        self._on_gpu = any(d.param.device.type == "cuda" for d in self._dense)
         if client.rank == 0:
             self._provide()
         deadline = time.monotonic() + timeout
@@ -137,10 +143,22 @@ class ParameterServer:
         """Copies the current values of every dense parameter into the
         module (all at once); sparse rows are pulled as batches use them.
         Waits while the slowest worker is more than the bound behind."""
+        self.pull_finish(self.pull_start())
+
+    def pull_start(self):
+        """Starts pull(); pull_finish(the returned handle) completes it, so
+        that work which does not touch the parameters (the next batch's
+        data) overlaps the transfer."""
+        if self._on_gpu:
+            # The last pull's copies to the GPU read the host buffers this
+            # one writes: they must be done.
+            torch.cuda.current_stream().synchronize()
+        return [self.client._c.pull_async(d.name, d.pull_buffer)
+                for d in self._dense]
+
+    def pull_finish(self, started):
         start = time.monotonic()
-        futures = [self.client._c.pull_async(d.name, d.pull_buffer)
-                   for d in self._dense]
-        _results(futures)
+        _results(started)
         for d in self._dense:
             if d.cuda:
                 d.param.data.copy_(d.host, non_blocking=True)
@@ -153,8 +171,7 @@ class ParameterServer:
         shards apply it after them) instead of after their answers; it
         happens even when a push is refused, and its own error, if any,
         is the one raised."""
-        futures = []
-        keep = []
+        keep, futures = [], []
         for d in self._dense:
             g = d.param.grad
             if g is None:

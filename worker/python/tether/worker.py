@@ -18,6 +18,7 @@ the loss is cross-entropy.
 """
 
 import argparse
+import ctypes
 import importlib.util
 import json
 import math
@@ -190,9 +191,10 @@ class Trainer:
                 if c.shard_losses == lost_before:
                     try:
                         c.await_shards(0)
-                        raise  # every shard is connected: not a lost one
                     except tether.UnavailableError:
-                        pass
+                        pass  # a shard is lost: wait for it below
+                    else:
+                        raise  # every shard is connected: not a lost one
                 print(f"worker {c.rank}: {e.message}; the step is repeated "
                       "once the shard is back", file=sys.stderr, flush=True)
                 c.await_shards(180)
@@ -251,11 +253,13 @@ class Trainer:
     def step(self, batch, epoch):
         c = self.client
         step_start, wire_start = time.perf_counter(), tether.wait_seconds()
+        pulling = self.ps.pull_start()  # the batch is cut meanwhile
+        batch_start = time.perf_counter()
         index = torch.from_numpy(batch.astype(np.int64))
         x = self.x[index].reshape((len(batch),) + self.shape).to(self.device)
         y = self.y[index].to(torch.int64).to(self.device)
-        torch_s = time.perf_counter() - step_start
-        self.ps.pull()
+        torch_s = time.perf_counter() - batch_start
+        self.ps.pull_finish(pulling)
         compute_start = time.monotonic()
         torch_start = time.perf_counter()
         loss = F.cross_entropy(self.model(x), y)
@@ -361,10 +365,21 @@ def evaluate_only(a, cls, test, shape, device):
     return 0
 
 
+def set_threads(n):
+    """torch's threads, and those of the BLAS Debian's torch calls through
+    libblas.so.3 (OpenBLAS starts one per core unless told)."""
+    torch.set_num_threads(n)
+    try:
+        blas = ctypes.CDLL("libblas.so.3")
+        blas.openblas_set_num_threads(ctypes.c_int(n))
+    except (OSError, AttributeError):
+        pass  # not OpenBLAS: the reference BLAS has no threads
+
+
 def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     if a.threads > 0:
-        torch.set_num_threads(a.threads)
+        set_threads(a.threads)
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit(f"--device {a.device}: torch sees no CUDA device")
