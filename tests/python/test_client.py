@@ -288,3 +288,27 @@ def test_ctrl_c_in_held_pull(cluster, spawn):
             o.define_tensor("w", (4,))
             np.testing.assert_array_equal(o.pull("w"),
                                           np.full(4, -0.01, np.float32))
+
+
+def test_checkpoint_now_names_its_round(cluster):
+    # With --data-dir: a round is written now and its number returned.
+    run = cluster(shards=2, workers=1, data_dir=True)
+    with tether.Client(run.coordinator) as c:
+        c.define_tensor("w", (8,), init=("constant", 1.5))
+        c.push("w", np.ones(8, np.float32))
+        c.clock()
+        round_ = c.checkpoint_now()
+        assert isinstance(round_, int) and round_ >= 0, round_
+        run.shards[0].wait_for_line(f"checkpoint round {round_} complete", 20)
+
+
+def test_checkpoint_now_without_data_dir_says_why(cluster):
+    # UnavailableError naming the missing flag; the client still works.
+    bare = cluster(shards=1, workers=1)
+    with tether.Client(bare.coordinator) as c:
+        c.define_tensor("w", (4,))
+        with pytest.raises(tether.UnavailableError) as e:
+            c.checkpoint_now()
+        assert isinstance(e.value, tether.Error)
+        assert "data-dir" in e.value.message, e.value.message
+        np.testing.assert_array_equal(c.pull("w"), np.zeros(4, np.float32))

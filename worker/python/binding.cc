@@ -422,6 +422,66 @@ class PyClient {
     return p;
   }
 
+  // Pulls (push false) or pushes several tensors in one call: every buffer
+  // is checked before anything is sent, one GIL release starts them all,
+  // and one Pending ends when all have (with the first error). `clock`
+  // (pushes only) sends the Clock right behind them; its error comes first.
+  std::shared_ptr<Pending> ManyStart(bool push,
+                                     const std::vector<std::string>& names,
+                                     const py::list& buffers, bool clock) {
+    if (names.size() != buffers.size()) {
+      throw py::value_error("pull_many/push_many: " +
+                            std::to_string(names.size()) + " names, " +
+                            std::to_string(buffers.size()) + " buffers");
+    }
+    std::vector<Floats> checked;
+    checked.reserve(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      const Meta& m = Lookup(names[i], false);
+      checked.push_back(CheckFloats(
+          buffers[i], !push, std::string(push ? "push '" : "pull '") +
+                                 names[i] + "'",
+          ShapeText(m.shape), m.size));
+    }
+    auto p = Track(buffers);
+    // Counts down the parts; the clock's error wins, then the first.
+    struct Group {
+      std::mutex mu;
+      size_t left;
+      Status first, clock;
+      Client::Callback done;
+    };
+    auto group = std::make_shared<Group>();
+    group->left = names.size() + (clock ? 1 : 0);
+    group->done = p->Callback();
+    auto part = [group](bool is_clock) {
+      return [group, is_clock](const Status& s) {
+        std::unique_lock lock(group->mu);
+        if (!s.ok()) {
+          Status& slot = is_clock ? group->clock : group->first;
+          if (slot.ok()) slot = s;
+        }
+        if (--group->left > 0) return;
+        Status result = group->clock.ok() ? group->first : group->clock;
+        lock.unlock();
+        group->done(result);
+      };
+    };
+    Client& client = c();
+    InClient in_client;
+    if (group->left == 0) group->done(Status::Ok());
+    for (size_t i = 0; i < names.size(); ++i) {
+      const Floats& f = checked[i];
+      if (push) {
+        client.PushAsync(names[i], {f.data(), f.size()}, part(false));
+      } else {
+        client.PullAsync(names[i], {f.data(), f.size()}, part(false));
+      }
+    }
+    if (clock) client.ClockAsync(part(true));
+    return p;
+  }
+
   std::shared_ptr<Pending> ClockStart() {
     auto p = Track(py::none());
     Client& client = c();
@@ -624,6 +684,20 @@ PYBIND11_MODULE(_tether, m) {
            [](PyClient& self, int op, const std::string& table,
               const py::object& keys, const py::object& rows) {
              self.Wait(self.RowsStart(table, keys, rows, op));
+           })
+      .def("pull_many",
+           [](const py::object& self, const std::vector<std::string>& names,
+              const py::list& buffers) {
+             return PyFuture(
+                 self.cast<PyClient&>().ManyStart(false, names, buffers, false),
+                 self);
+           })
+      .def("push_many",
+           [](const py::object& self, const std::vector<std::string>& names,
+              const py::list& buffers, bool clock) {
+             return PyFuture(
+                 self.cast<PyClient&>().ManyStart(true, names, buffers, clock),
+                 self);
            })
       .def("clock", [](PyClient& self) { self.Wait(self.ClockStart()); })
       .def("clock_async",

@@ -97,6 +97,8 @@ class ParameterServer:
                 client.define_tensor(name, entry.shape, "provided")
                 self._dense.append(entry)
         self._on_gpu = any(d.param.device.type == "cuda" for d in self._dense)
+        self._names = [d.name for d in self._dense]
+        self._pull_buffers = [d.pull_buffer for d in self._dense]
         if client.rank == 0:
             self._provide()
         deadline = time.monotonic() + timeout
@@ -153,12 +155,12 @@ class ParameterServer:
             # The last pull's copies to the GPU read the host buffers this
             # one writes: they must be done.
             torch.cuda.current_stream().synchronize()
-        return [self.client._c.pull_async(d.name, d.pull_buffer)
-                for d in self._dense]
+        # One call and one future for every tensor (see push()).
+        return self.client._c.pull_many(self._names, self._pull_buffers)
 
     def pull_finish(self, started):
         start = time.monotonic()
-        _results(started)
+        started.result()
         for d in self._dense:
             if d.cuda:
                 d.param.data.copy_(d.host, non_blocking=True)
@@ -171,7 +173,7 @@ class ParameterServer:
         shards apply it after them) instead of after their answers; it
         happens even when a push is refused, and its own error, if any,
         is the one raised."""
-        keep, futures = [], []
+        names, grads, keep, futures = [], [], [], []
         for d in self._dense:
             g = d.param.grad
             if g is None:
@@ -181,8 +183,8 @@ class ParameterServer:
                 g = d.host_grad
             else:
                 g = g.contiguous()
-            keep.append(g)
-            futures.append(self.client._c.push_async(d.name, _host_view(g)))
+            names.append(d.name)
+            grads.append(_host_view(g))
         for s in self._sparse:
             g = s.param.grad
             if g is None:
@@ -193,17 +195,16 @@ class ParameterServer:
             keep.append(values)
             futures.append(self.client._c.rows_async(1, s.name, keys,
                                                      _host_view(values)))
-        clocked = self.client._c.clock_async() if clock else None
+        # The dense pushes and the clock behind every push: one call, one
+        # future, whose error is the clock's if it failed.
+        dense = self.client._c.push_many(names, grads, clock)
         try:
             refused = None
             try:
                 _results(futures)
-            except Exception as e:  # noqa: BLE001 -- the clock's error wins
-                if clocked is None:
-                    raise
+            except Exception as e:  # noqa: BLE001 -- the dense error wins
                 refused = e
-            if clocked is not None:
-                clocked.result()
+            dense.result()
             if refused is not None:
                 raise refused
         finally:
