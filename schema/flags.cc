@@ -42,6 +42,13 @@ std::string ToText(const T& v) {
 
 }  // namespace
 
+std::string NumberText(double value) {
+  char text[64];
+  auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  if (ec != std::errc()) return ToText(value);
+  return std::string(text, end);
+}
+
 std::string HostPort::ToString() const {
   if (host.find(':') != std::string::npos) {
     return "[" + host + "]:" + std::to_string(port);
@@ -162,6 +169,10 @@ Status FlagParser::Parse(int argc, const char* const* argv) {
       for (++i; i < argc; ++i) positional_.push_back(argv[i]);
       break;
     }
+    if (arg == "-h") {  // what people type first
+      help_requested_ = true;
+      continue;
+    }
     if (arg.rfind("--", 0) != 0) {
       positional_.push_back(arg);
       continue;
@@ -227,7 +238,7 @@ std::string FlagParser::Usage() const {
     if (!f.default_text.empty()) out << " (default: " << f.default_text << ")";
     out << "\n";
   }
-  out << "  --help\n      print this text\n";
+  out << "  -h, --help\n      print this text\n";
   return out.str();
 }
 

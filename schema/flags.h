@@ -27,6 +27,11 @@ struct HostPort {
 Result<HostPort> ParseHostPort(const std::string& text, const std::string& what,
                                bool allow_zero_port = false);
 
+// `value` as the shortest text that reads back as the same double
+// ("0.001", "1e-07", "3"): for numbers one tool hands to another process,
+// where std::to_string would round 1e-7 to "0.000000".
+std::string NumberText(double value);
+
 class FlagParser {
  public:
   // `program` and `summary` head the usage text.
@@ -47,7 +52,8 @@ class FlagParser {
 
   // Parses argv[1..]. Non-flag arguments are collected in positional().
   // Returns kInvalidArgument naming the flag for an unknown flag, a missing
-  // value or a value of the wrong type. `--help` sets help_requested().
+  // value or a value of the wrong type. `--help` (or `-h`) sets
+  // help_requested().
   Status Parse(int argc, const char* const* argv);
 
   // Parse() for a main(): on --help prints the usage to stdout (exit code

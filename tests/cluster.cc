@@ -14,6 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "schema/flags.h"
+
 namespace tether::testing {
 
 bool Eventually(const std::function<bool()>& check, int timeout_ms) {
@@ -80,7 +82,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
                                       "--optimizer",
                                       o.optimizer,
                                       "--lr",
-                                      std::to_string(o.lr)};
+                                      NumberText(o.lr)};
       argv.insert(argv.end(), run.begin(), run.end());
       argv.insert(argv.end(), o.extra_flags.begin(), o.extra_flags.end());
     } else {

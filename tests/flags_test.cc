@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -222,6 +223,26 @@ TEST_F(Flags, HelpRequested) {
   EXPECT_FALSE(parser_.WasSet("help"));
 }
 
+TEST(NumberText, ReadsBackAsTheSameDouble) {
+  EXPECT_EQ(NumberText(1e-7), "1e-07");
+  EXPECT_EQ(NumberText(0.001), "0.001");
+  EXPECT_EQ(NumberText(3.0), "3");
+  for (double v : {1e-7, 0.001, 2.5, 1.0 / 3.0, 123456789.125, -4e-300}) {
+    EXPECT_EQ(std::strtod(NumberText(v).c_str(), nullptr), v) << v;
+  }
+}
+
+TEST(FlagsShortHelp, DashHIsHelpNotAPositional) {
+  int port = 0;
+  FlagParser parser("prog", "Runs a test program.");
+  parser.AddInt("port", &port, "port");
+  Status s = ParseArgs(parser, {"-h"});
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(parser.help_requested());
+  EXPECT_TRUE(parser.positional().empty());
+  EXPECT_CONTAINS(parser.Usage(), "  -h, --help\n");
+}
+
 TEST_F(Flags, PositionalCollected) {
   Status s = ParseArgs(
       parser_, {"first", "--port", "1", "second", "-x", "--verbose", "third"});
@@ -247,7 +268,7 @@ TEST_F(Flags, UsageListsDefaults) {
   EXPECT_CONTAINS(usage, "momentum (default: 0.25)");
   // Booleans take no VALUE.
   EXPECT_CONTAINS(usage, "  --verbose\n      log more (default: false)\n");
-  EXPECT_CONTAINS(usage, "  --help\n");
+  EXPECT_CONTAINS(usage, "  -h, --help\n");
 }
 
 TEST_F(Flags, UsageShowsDefaultsBeforeParsing) {

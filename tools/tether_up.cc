@@ -136,7 +136,7 @@ Status Launcher::StartShards() {
            {std::string("--http"), o_.http, std::string("--workers"),
             std::to_string(o_.workers), std::string("--max-staleness"),
             std::to_string(o_.staleness), std::string("--optimizer"),
-            o_.optimizer, std::string("--lr"), std::to_string(o_.lr),
+            o_.optimizer, std::string("--lr"), NumberText(o_.lr),
             std::string("--seed"), std::to_string(o_.seed),
             std::string("--checkpoint-every"),
             std::to_string(o_.checkpoint_every)}) {
@@ -216,7 +216,7 @@ Status Launcher::StartWorkers() {
     }
     if (slow) {
       argv.push_back("--slowdown");
-      argv.push_back(std::to_string(o_.slowdown));
+      argv.push_back(NumberText(o_.slowdown));
     }
     if (r < o_.gpu_workers) {
       argv.push_back("--device");
