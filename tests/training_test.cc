@@ -34,6 +34,9 @@ TEST(Training, LauncherRunReachesStatedAccuracyOnFashionMnist) {
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 0) << output;
   EXPECT_NE(output.find("reached the 82% target"), std::string::npos) << output;
+  // Before any worker reports, the loss is "-", not a made-up 0 (the
+  // first line comes as the workers start).
+  EXPECT_EQ(output.find("loss 0.000"), std::string::npos) << output;
   // The launcher leaves no process behind.
   std::string ps;
   ASSERT_TRUE(RunToExit({"/usr/bin/pgrep", "-f", dir.path()}, &ps, 5000).ok());

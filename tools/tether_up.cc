@@ -267,13 +267,18 @@ void Launcher::Poll(bool print, bool tty) {
     }
   }
   if (!print) return;
+  // No worker has reported a loss yet: "-", not a 0 nobody measured.
+  char loss_text[32] = "-";
+  if (reported > 0) {
+    std::snprintf(loss_text, sizeof loss_text, "%.3f", loss / reported);
+  }
   char line[512];
   std::snprintf(line, sizeof line,
-                "%5.1f s  clocks [%s]  min %lld  loss %.3f  test acc %s  "
+                "%5.1f s  clocks [%s]  min %lld  loss %s  test acc %s  "
                 "%.0f samples/s",
                 std::chrono::duration<double>(Clock::now() - start_).count(),
-                clocks.c_str(), static_cast<long long>(s0.min_clock),
-                reported ? loss / reported : 0.0, accuracy.c_str(), rate);
+                clocks.c_str(), static_cast<long long>(s0.min_clock), loss_text,
+                accuracy.c_str(), rate);
   std::printf(tty ? "\r%s   " : "%s\n", line);
   std::fflush(stdout);
 }
