@@ -278,6 +278,12 @@ Result<tcp::socket> ConnectWithRetry(asio::io_context& io,
     boost::system::error_code ec;
     auto endpoints =
         resolver.resolve(address.host, std::to_string(address.port), ec);
+    if (ec == asio::error::host_not_found) {
+      // Waiting will not make a mistyped name exist.
+      return Unavailable("cannot reach " + what + " at " + address.ToString() +
+                         ": the host name '" + address.host +
+                         "' does not resolve (" + ec.message() + ")");
+    }
     if (!ec) {
       tcp::socket socket(io);
       asio::connect(socket, endpoints, ec);

@@ -125,7 +125,8 @@ Result<HostPort> Listen(tcp::acceptor& acceptor, const std::string& listen,
 
 // Resolves and connects to `address`, retrying refused connections until
 // `timeout_ms` has passed. Blocking; returns kUnavailable naming `what` and
-// the address when it cannot connect.
+// the address when it cannot connect. A host name that does not exist
+// (not a resolver that is down for now) fails at once, saying so.
 Result<tcp::socket> ConnectWithRetry(asio::io_context& io,
                                      const HostPort& address,
                                      const std::string& what, int timeout_ms);
