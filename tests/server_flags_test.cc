@@ -146,7 +146,7 @@ TEST(ServerFlags, HelpListsEveryFlag) {
                            "--max-frame-bytes",
                            "--connect-timeout-ms",
                            "--verbose",
-                           "--help"}) {
+                           "-h, --help"}) {
     // Each flag heads its own line: "  --name VALUE", or "  --name" alone.
     const std::string head = std::string("\n  ") + flag;
     EXPECT_TRUE(Contains(output, head + " VALUE\n") ||
