@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tether
-from tether_cluster import run_concurrently
+from tether_cluster import run_concurrently, wait_for_held_pulls
 
 LR = np.float32(0.5)  # a power of two: lr * g is exact, FMA or not
 SGD = ["--optimizer", "sgd", "--lr", "0.5"]
@@ -258,10 +258,7 @@ def test_ctrl_c_in_held_pull(cluster, spawn):
     # the held one was interrupted.
     with tether.Client(run.coordinator, staleness=0, rank=1) as other:
         held.wait_for_line("PULLING", 30)
-        deadline = time.monotonic() + 10
-        while other.stats()[0]["waiting_pulls"] < 1:
-            assert time.monotonic() < deadline, "the pull is not held"
-            time.sleep(0.05)
+        wait_for_held_pulls(other, 1)
         time.sleep(0.3)
         assert "RETURNED" not in held.log()
 

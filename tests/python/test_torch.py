@@ -12,7 +12,7 @@ import torch
 
 import tether
 import tether.torch
-from tether_cluster import run_concurrently
+from tether_cluster import run_concurrently, wait_for_held_pulls
 
 ROWS, DIM, CLASSES = 10, 3, 2
 
@@ -172,10 +172,7 @@ def test_ctrl_c_in_held_parameter_server_pull(cluster, spawn):
     held = spawn.python(HELD_STEP, "held", run.coordinator)
     with tether.Client(run.coordinator, staleness=0, rank=1) as other:
         held.wait_for_line("PULLING", 30)
-        deadline = time.monotonic() + 10
-        while other.stats()[0]["waiting_pulls"] < 4:
-            assert time.monotonic() < deadline, "the pulls are not held"
-            time.sleep(0.05)
+        wait_for_held_pulls(other, 4)
         sent = time.monotonic()
         held.signal(signal.SIGINT)
         # One Ctrl-C ends the wait for every tensor's pull.

@@ -222,3 +222,11 @@ def shard_stats(coordinator):
     with tether.Client(coordinator, observer=True, join_timeout=10) as o:
         return o.stats()
 
+
+
+def wait_for_held_pulls(client, count, timeout=10):
+    """Until shard 0 holds at least `count` pulls for the staleness bound."""
+    deadline = time.monotonic() + timeout
+    while client.stats()[0]["waiting_pulls"] < count:
+        assert time.monotonic() < deadline, f"{count} pull(s) are not held"
+        time.sleep(0.05)

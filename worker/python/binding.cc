@@ -430,18 +430,18 @@ class PyClient {
                                      const std::vector<std::string>& names,
                                      const py::list& buffers, bool clock) {
     if (names.size() != buffers.size()) {
-      throw py::value_error("pull_many/push_many: " +
-                            std::to_string(names.size()) + " names, " +
-                            std::to_string(buffers.size()) + " buffers");
+      throw py::value_error(
+          "pull_many/push_many: " + std::to_string(names.size()) + " names, " +
+          std::to_string(buffers.size()) + " buffers");
     }
     std::vector<Floats> checked;
     checked.reserve(names.size());
     for (size_t i = 0; i < names.size(); ++i) {
       const Meta& m = Lookup(names[i], false);
-      checked.push_back(CheckFloats(
-          buffers[i], !push, std::string(push ? "push '" : "pull '") +
-                                 names[i] + "'",
-          ShapeText(m.shape), m.size));
+      checked.push_back(
+          CheckFloats(buffers[i], !push,
+                      std::string(push ? "push '" : "pull '") + names[i] + "'",
+                      ShapeText(m.shape), m.size));
     }
     auto p = Track(buffers);
     // Counts down the parts; the clock's error wins, then the first.
