@@ -30,8 +30,11 @@ from .errors import (AuthFailedError, CancelledError, Error,  # noqa: F401
                      NotReadyError, ShapeMismatchError, StalePushError,
                      TimeoutError, UnavailableError)
 
-__all__ = ["Client", "Chunk", "Error", "worker_share", "load_fashion_mnist",
-           "load_idx", "wait_seconds"]
+__all__ = ["Client", "Chunk", "Error", "AuthFailedError", "CancelledError",
+           "InvalidArgumentError", "NonFiniteError", "NotFoundError",
+           "NotReadyError", "ShapeMismatchError", "StalePushError",
+           "TimeoutError", "UnavailableError", "worker_share",
+           "load_fashion_mnist", "load_idx", "wait_seconds"]
 
 worker_share = _tether.worker_share
 wait_seconds = _tether.wait_seconds
