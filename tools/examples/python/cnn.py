@@ -2,7 +2,6 @@
 28x28 grey images such as Fashion-MNIST. Nothing here knows about tether;
 `python3 -m tether.worker --model cnn.py:Net` trains it on a tether run."""
 
-import torch
 from torch import nn
 
 
