@@ -396,7 +396,53 @@ TEST(CkptTool, BadUsageExitsTwo) {
   RunResult none = RunTool(
       {TETHER_CKPT_BIN, "list", "--data-dir", dir.path() + "/none"}, log);
   EXPECT_EQ(none.code, 1);
-  EXPECT_TRUE(Contains(none.output, dir.path() + "/none")) << none.output;
+  EXPECT_TRUE(Contains(none.output, dir.path() + "/none: no such directory"))
+      << none.output;
+  EXPECT_FALSE(Contains(none.output, "CURRENT")) << none.output;
+  // A bad flag is exit 2: export without --out, or with an unknown format.
+  RunResult no_out =
+      RunTool({TETHER_CKPT_BIN, "export", "--data-dir", dir.path()}, log);
+  EXPECT_EQ(no_out.code, 2) << no_out.output;
+  EXPECT_TRUE(Contains(no_out.output, "export needs --out")) << no_out.output;
+  EXPECT_EQ(RunTool({TETHER_CKPT_BIN, "export", "--data-dir", dir.path(),
+                     "--out", dir.path() + "/x", "--format", "csv"},
+                    log)
+                .code,
+            2);
+  // The dirs given twice.
+  EXPECT_EQ(
+      RunTool({TETHER_CKPT_BIN, "list", dir.path(), "--data-dir", dir.path()},
+              log)
+          .code,
+      2);
+  // --help (and -h) lists every command, now included.
+  RunResult help = RunTool({TETHER_CKPT_BIN, "-h"}, log);
+  EXPECT_EQ(help.code, 0) << help.output;
+  for (const char* command : {"list", "show", "verify", "export", "now"}) {
+    EXPECT_TRUE(Contains(help.output, std::string("  ") + command + " "))
+        << command << "\n"
+        << help.output;
+  }
+}
+
+TEST(CkptTool, PositionalDirAndShardDirsInTheWrongOrder) {
+  TempDir dir;
+  ASSERT_NO_FATAL_FAILURE(WriteCheckpoint(dir.path()));
+  const std::string log = dir.path() + "/out.log";
+  // What people type: the dir after the command.
+  RunResult list = RunTool({TETHER_CKPT_BIN, "list", dir.path()}, log);
+  EXPECT_EQ(list.code, 0) << list.output;
+  EXPECT_TRUE(Contains(list.output, "5       50")) << list.output;
+  // Shard 1's dir first: said so, not "no complete rounds" and exit 0.
+  const std::string swapped = dir.path() + "/shard1," + dir.path() + "/shard0";
+  for (const char* command : {"list", "show"}) {
+    RunResult r =
+        RunTool({TETHER_CKPT_BIN, command, "--data-dir", swapped}, log);
+    EXPECT_EQ(r.code, 1) << command << ": " << r.output;
+    EXPECT_TRUE(
+        Contains(r.output, "holds shard 1's checkpoints, not shard 0's"))
+        << command << ": " << r.output;
+  }
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 //   tether-ckpt verify --data-dir DIRS [--round R|latest]
 //   tether-ckpt export --data-dir DIRS [--round R|latest]
 //                      --format safetensors|npy --out PATH
+//   tether-ckpt now    --coordinator HOST:PORT [--auth-key-file F]
 //
+// DIRS may also follow the command (`tether-ckpt list DIR`).
 // DIRS is every shard's data dir, comma-separated, shard 0's first; or one
 // directory holding shard0, shard1, ... (as tether-up lays them out).
 // Complete rounds come from shard 0's records; list marks a recorded round
@@ -61,7 +63,9 @@ constexpr const char* kSummary =
     "          still holds them\n"
     "  show    a round's run settings, tensors and workers\n"
     "  verify  checks that every shard holds the round, intact and finite\n"
-    "  export  writes the round's tensors as safetensors or .npy files";
+    "  export  writes the round's tensors as safetensors or .npy files\n"
+    "  now     asks a running cluster (--coordinator) for a round now\n"
+    "The data dirs may follow the command: tether-ckpt list DIR";
 
 struct CkptOptions {
   std::string data_dir;          // required
@@ -116,14 +120,28 @@ std::string Where(int64_t round, size_t shard, const ShardDirs& dirs) {
          " (" + dirs.Dir(shard) + ")";
 }
 
+// Why shard 0's store records no complete round: it may be another
+// shard's (the dirs given in the wrong order), which records none.
+Status NoCompleteRound(const CheckpointStore& shard0) {
+  Result<std::vector<int64_t>> held = shard0.ShardRounds();
+  if (held.ok() && !held->empty()) {
+    Result<ShardSnapshot> newest = shard0.ReadShard(held->back());
+    if (newest.ok() && newest->shard_id != 0) {
+      return InvalidArgument(
+          shard0.dir() + " holds shard " + std::to_string(newest->shard_id) +
+          "'s checkpoints, not shard 0's: --data-dir lists shard 0's "
+          "directory first (shard 0 records which rounds are complete)");
+    }
+  }
+  return NotFound("no complete round in " + shard0.dir());
+}
+
 // The record of round `spec` ("latest" or a number) among shard 0's.
 Result<RoundRecord> FindRound(const CheckpointStore& shard0,
                               const std::string& spec) {
   Result<std::vector<RoundRecord>> records = shard0.CompleteRounds();
   if (!records.ok()) return records.status();
-  if (records->empty()) {
-    return NotFound("no complete round in " + shard0.dir());
-  }
+  if (records->empty()) return NoCompleteRound(shard0);
   if (spec == "latest") return records->back();
   int64_t round = -1;
   std::istringstream parse(spec);
@@ -339,6 +357,8 @@ int RunList(const ShardDirs& dirs) {
   Result<std::vector<RoundRecord>> records = (*shard0)->CompleteRounds();
   if (!records.ok()) return Fail(records.status());
   if (records->empty()) {
+    Status why = NoCompleteRound(**shard0);
+    if (why.code() != Code::kNotFound) return Fail(why);
     std::cout << "no complete rounds in " << dirs.dirs[0] << "\n";
     return 0;
   }
@@ -702,12 +722,8 @@ Status WriteNpy(const std::vector<Array>& arrays, const std::string& dir) {
   return Status::Ok();
 }
 
+// `o.out` and `o.format` are checked by Main.
 int RunExport(const ShardDirs& dirs, const CkptOptions& o) {
-  if (o.out.empty()) return Fail(InvalidArgument("export needs --out"));
-  if (o.format != "safetensors" && o.format != "npy") {
-    return Fail(InvalidArgument("--format: expected safetensors or npy, got '" +
-                                o.format + "'"));
-  }
   Result<Model> m = LoadModel(dirs, o.round);
   if (!m.ok()) return Fail(m.status());
   Result<std::vector<Array>> arrays = Arrays(*m);
@@ -761,12 +777,33 @@ int Main(int argc, char** argv) {
   }
   const std::set<std::string> commands = {"list", "show", "verify", "export",
                                           "now"};
-  if (p.positional().size() != 1 || commands.count(p.positional()[0]) == 0) {
+  const std::vector<std::string>& args = p.positional();
+  if (args.empty() || args.size() > 2 || commands.count(args[0]) == 0) {
     std::cerr << "tether-ckpt: expected one command: list, show, verify, "
-                 "export or now; see --help\n";
+                 "export or now, then the data dirs unless --data-dir gives "
+                 "them; see --help\n";
     return 2;
   }
-  if (p.positional()[0] == "now") return RunNow(coordinator, key_file);
+  const std::string& command = args[0];
+  if (command == "now") return RunNow(coordinator, key_file);
+  if (args.size() == 2) {  // tether-ckpt list DIR
+    if (!o.data_dir.empty()) {
+      std::cerr << "tether-ckpt: the data dirs are given twice: '" << args[1]
+                << "' and --data-dir '" << o.data_dir << "'\n";
+      return 2;
+    }
+    o.data_dir = args[1];
+  }
+  if (command == "export" && o.out.empty()) {
+    std::cerr << "tether-ckpt: export needs --out (a .safetensors file, or "
+                 "a directory for .npy files)\n";
+    return 2;
+  }
+  if (command == "export" && o.format != "safetensors" && o.format != "npy") {
+    std::cerr << "tether-ckpt: --format: expected safetensors or npy, got '"
+              << o.format << "'\n";
+    return 2;
+  }
   Result<ShardDirs> dirs = ResolveDirs(o.data_dir);
   if (!dirs.ok()) {
     std::cerr << "tether-ckpt: " << dirs.status().message() << "\n";
@@ -775,7 +812,15 @@ int Main(int argc, char** argv) {
   if (dirs->dirs.empty()) {
     return Fail(NotFound(o.data_dir + ": no shard0 directory"));
   }
-  const std::string& command = p.positional()[0];
+  // Shard 0's records say what the others should hold (list and verify
+  // name a missing other shard per round).
+  std::error_code ec;
+  if (!fs::is_directory(dirs->dirs[0], ec)) {
+    return Fail(NotFound(dirs->dirs[0] +
+                         ": no such directory (--data-dir takes every "
+                         "shard's data dir, shard 0's first, or the dir "
+                         "holding shard0, shard1, ...)"));
+  }
   if (command == "list") return RunList(*dirs);
   if (command == "show") return RunShow(*dirs, o);
   if (command == "verify") return RunVerify(*dirs, o);
