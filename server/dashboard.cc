@@ -5,6 +5,7 @@
 
 #include "schema/auth.h"
 #include "schema/log.h"
+#include "server/json_text.h"
 #include "server/web_assets.h"
 
 namespace tether {
@@ -15,7 +16,7 @@ constexpr std::string_view kApi = "/api/";
 HttpResponse Json(int status, const boost::json::value& value) {
   HttpResponse r;
   r.status = status;
-  r.body = boost::json::serialize(value);
+  r.body = JsonText(value);
   return r;
 }
 

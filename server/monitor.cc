@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "schema/log.h"
+#include "server/json_text.h"
 
 namespace tether {
 namespace json = boost::json;
@@ -544,7 +545,7 @@ std::string Monitor::StatusLocked(TimePoint now) const {
   o["rejected_pushes"] = rejected;
   o["staleness_histogram"] = std::move(hist);
   o["dashboard_clients"] = dashboard_clients_;
-  return json::serialize(o);
+  return JsonText(o);
 }
 
 std::string Monitor::WorkersLocked() const {
@@ -569,7 +570,7 @@ std::string Monitor::WorkersLocked() const {
     o["nonfinite_pushes"] = i < nonfinite_.size() ? nonfinite_[i] : 0;
     out.push_back(std::move(o));
   }
-  return json::serialize(out);
+  return JsonText(out);
 }
 
 std::string Monitor::ShardsLocked(TimePoint now) const {
@@ -600,7 +601,7 @@ std::string Monitor::ShardsLocked(TimePoint now) const {
     o["min_clock"] = s.min_clock;
     out.push_back(std::move(o));
   }
-  return json::serialize(out);
+  return JsonText(out);
 }
 
 std::string Monitor::CheckpointsLocked() const {
@@ -625,7 +626,7 @@ std::string Monitor::CheckpointsLocked() const {
                           ? json::value(settings_.resume_round)
                           : nullptr;
   o["rounds"] = std::move(rounds);
-  return json::serialize(o);
+  return JsonText(o);
 }
 
 std::string Monitor::ConfigLocked() const {
@@ -659,7 +660,7 @@ std::string Monitor::ConfigLocked() const {
   o["staleness_lr"] = s.staleness_lr;
   o["seeds"] = std::move(seeds);
   o["command"] = ReproduceCommand(s);
-  return json::serialize(o);
+  return JsonText(o);
 }
 
 std::string Monitor::PointsLocked(uint64_t after_seq) const {
@@ -674,7 +675,7 @@ std::string Monitor::PointsLocked(uint64_t after_seq) const {
     o["samples_per_s"] = p.samples_per_s;
     out.push_back(std::move(o));
   }
-  return json::serialize(out);
+  return JsonText(out);
 }
 
 std::string Monitor::EventsLocked(uint64_t after_seq, uint64_t up_to) const {
@@ -687,7 +688,7 @@ std::string Monitor::EventsLocked(uint64_t after_seq, uint64_t up_to) const {
     o["text"] = e.text;
     out.push_back(std::move(o));
   }
-  return json::serialize(out);
+  return JsonText(out);
 }
 
 std::string Monitor::Metrics(TimePoint now) {

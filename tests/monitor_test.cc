@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "server/json_text.h"
 #include "tests/prometheus.h"
 
 namespace tether {
@@ -1095,6 +1096,11 @@ TEST(Monitor, ConfigShowsSettingsAsTyped) {
   // 0.001, not the float's 0.0010000000474974513.
   EXPECT_EQ(Number(config.at("lr")), 0.001);
   EXPECT_EQ(Number(config.at("epsilon")), 1e-8);
+  // Written as people write them, not as 1E-3.
+  const std::string text = *monitor.Document("config", Monitor::Now());
+  EXPECT_NE(text.find(R"("lr":0.001,)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"("epsilon":1e-08,)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("E-"), std::string::npos) << text;
   EXPECT_EQ(std::string(config.at("command").as_string()), ReproduceCommand(s));
 }
 
@@ -1141,6 +1147,30 @@ TEST(Monitor, EventBetweenTicksReachesNewClientOnce) {
           .size() +
       EventsWith(update.at("events").as_array(), {"round 10 complete"}).size();
   EXPECT_EQ(seen, 1u);
+}
+
+}  // namespace
+}  // namespace tether
+
+namespace tether {
+namespace {
+
+TEST(JsonText, NumbersAsPeopleWriteThem) {
+  json::value v = {
+      {"a", 33.963480673},      {"b", json::array{0.001, 1e-7, 2.0, -0.5}},
+      {"c", "quote \" and \n"}, {"d", 42},
+      {"e", nullptr},           {"f", true},
+      {"g", std::nan("")},      {"h", json::object{{"x", 1e21}}}};
+  const std::string text = JsonText(v);
+  EXPECT_EQ(text, R"({"a":33.963480673,"b":[0.001,1e-07,2,-0.5],)"
+                  R"("c":"quote \" and \n","d":42,"e":null,"f":true,"g":null,)"
+                  R"("h":{"x":1e+21}})");
+  // Still JSON, with the same values (NaN becomes null).
+  json::value back = json::parse(text);
+  EXPECT_EQ(back.at("a").as_double(), 33.963480673);
+  EXPECT_EQ(back.at("b").as_array().at(1).as_double(), 1e-7);
+  EXPECT_EQ(back.at("b").as_array().at(2).to_number<double>(), 2.0);
+  EXPECT_EQ(back.at("c").as_string(), "quote \" and \n");
 }
 
 }  // namespace
