@@ -2,6 +2,7 @@
 // Debian package dataset-fashion-mnist) and on generated sparse data.
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -10,9 +11,13 @@
 
 #include "tests/cluster.h"
 #include "tests/worker_pool.h"
+#include "tools/http_client.h"
+#include "tools/process.h"
 
 namespace tether::testing {
 namespace {
+
+namespace json = boost::json;
 
 void ExpectAllSucceed(std::vector<std::unique_ptr<Process>>& workers) {
   for (size_t r = 0; r < workers.size(); ++r) {
@@ -41,6 +46,50 @@ TEST(Training, LauncherRunReachesStatedAccuracyOnFashionMnist) {
   std::string ps;
   ASSERT_TRUE(RunToExit({"/usr/bin/pgrep", "-f", dir.path()}, &ps, 5000).ok());
   EXPECT_EQ(ps, "") << "still running: " << ps;
+}
+
+// "Stop run" on the dashboard: tether-up says the run was stopped, at
+// which clock and round, how to resume it, and exits 0 (not "MISSED").
+TEST(Training, LauncherRunStoppedFromTheDashboardExitsZero) {
+  TempDir dir;
+  auto up =
+      Process::Start({TETHER_UP_BIN, "--http", "127.0.0.1:0", "--shards", "2",
+                      "--workers", "2", "--slow", "0", "--epochs", "50",
+                      "--model", "softmax", "--log-dir", dir.path()},
+                     dir.path() + "/up.out");
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  auto line = (*up)->WaitForLine("dashboard:   http://", 30000);
+  ASSERT_TRUE(line.ok()) << (*up)->Log();
+  const size_t at = line->find("http://") + 7;
+  const std::string address = line->substr(at, line->find('/', at) - at);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto status = HttpFetch(address, "GET", "/api/status");
+        if (!status.ok() || status->status != 200) return false;
+        return json::parse(status->body).at("min_clock").to_number<int64_t>() >=
+               20;
+      },
+      60000))
+      << (*up)->Log();
+  std::ifstream in(dir.path() + "/dashboard.token");
+  std::string token;
+  ASSERT_TRUE(std::getline(in, token));
+  auto stopped = HttpFetch(address, "POST", "/api/stop", "",
+                           {{"Authorization", "Bearer " + token}});
+  ASSERT_TRUE(stopped.ok() && stopped->status == 202)
+      << (stopped.ok() ? stopped->body : stopped.status().ToString());
+  auto code = (*up)->Wait(60000);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  const std::string out = (*up)->Log();
+  EXPECT_EQ(*code, 0) << out;
+  EXPECT_NE(out.find("tether-up: the run was stopped at clock "),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("holds it; resume with:"), std::string::npos) << out;
+  EXPECT_NE(out.find("--data-dir " + dir.path() + " --resume latest"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("MISSED"), std::string::npos) << out;
 }
 
 // Every parameter of an MLP trained with s = 0 by 2 workers on 2 shards.

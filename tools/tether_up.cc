@@ -13,6 +13,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -86,6 +87,12 @@ class Launcher {
   // Polls the coordinator; prints a progress line when `print`.
   void Poll(bool print, bool tty);
   Status Evaluate(double* accuracy);
+  // The clock at which the workers said they stop (the run was stopped
+  // from the dashboard), or -1. Before StopAll.
+  int64_t StoppedAtClock() const;
+  // The newest round shard 0 completed, or -1. Before StopAll.
+  int64_t LastCompleteRound() const;
+  void PrintStopped(int64_t clock, int64_t round, double accuracy, double secs);
   void StopAll();
   void PrintResult(double accuracy, double secs);
   Status Failed(const Process& p, const std::string& name,
@@ -369,8 +376,10 @@ int Launcher::Run() {
     s = StartWorkers();
   }
   if (s.ok()) s = Watch();
+  const int64_t stopped_at = s.ok() ? StoppedAtClock() : -1;
   double accuracy = -1;
   if (s.ok()) s = Evaluate(&accuracy);
+  const int64_t stopped_round = stopped_at >= 0 ? LastCompleteRound() : -1;
   double secs = std::chrono::duration<double>(Clock::now() - start_).count();
   if (!s.ok() || o_.linger_s == 0) StopAll();
   if (!s.ok()) {
@@ -379,9 +388,16 @@ int Launcher::Run() {
                  o_.log_dir.c_str());
     return g_interrupted ? 130 : 1;
   }
-  const bool reached = accuracy < 0 || accuracy >= o_.target_accuracy;
-  if (accuracy < 0) std::printf("tether-up: done in %.1f s\n", secs);
-  if (accuracy >= 0) PrintResult(accuracy, secs);
+  // A stopped run did what it was told: no target to miss.
+  const bool reached =
+      stopped_at >= 0 || accuracy < 0 || accuracy >= o_.target_accuracy;
+  if (stopped_at >= 0) {
+    PrintStopped(stopped_at, stopped_round, accuracy, secs);
+  } else if (accuracy < 0) {
+    std::printf("tether-up: done in %.1f s\n", secs);
+  } else {
+    PrintResult(accuracy, secs);
+  }
   if (o_.linger_s != 0 && !g_interrupted) {
     std::string until = o_.linger_s < 0
                             ? std::string("until Ctrl-C")
@@ -400,6 +416,52 @@ int Launcher::Run() {
     StopAll();
   }
   return reached ? 0 : 1;
+}
+
+int64_t Launcher::StoppedAtClock() const {
+  int64_t clock = -1;
+  constexpr std::string_view kSaid = "stopping at clock ";
+  for (const auto& w : workers_) {
+    const std::string log = w->Log();
+    if (auto at = log.find(kSaid); at != std::string::npos) {
+      clock =
+          std::max<int64_t>(clock, std::atoll(log.c_str() + at + kSaid.size()));
+    }
+  }
+  return clock;
+}
+
+int64_t Launcher::LastCompleteRound() const {
+  // Shard 0 logs each round it completes.
+  const std::string log = shards_.empty() ? "" : shards_[0]->Log();
+  constexpr std::string_view kRound = "checkpoint round ";
+  int64_t round = -1;
+  for (size_t at = log.find(kRound); at != std::string::npos;
+       at = log.find(kRound, at + 1)) {
+    const std::string line = log.substr(at, log.find('\n', at) - at);
+    if (line.find(" complete") != std::string::npos) {
+      round = std::atoll(line.c_str() + kRound.size());
+    }
+  }
+  return round;
+}
+
+void Launcher::PrintStopped(int64_t clock, int64_t round, double accuracy,
+                            double secs) {
+  std::printf("tether-up: the run was stopped at clock %lld after %.1f s",
+              static_cast<long long>(clock), secs);
+  if (accuracy >= 0) std::printf(" (test accuracy %.2f%%)", 100 * accuracy);
+  std::printf("\n");
+  if (round >= 0) {
+    std::printf(
+        "tether-up: checkpoint round %lld holds it; resume with:\n"
+        "  tether-up --data-dir %s --resume latest  (and this run's other "
+        "flags)\n",
+        static_cast<long long>(round), o_.data_dir.c_str());
+  } else {
+    std::printf("tether-up: no checkpoint round holds it\n");
+  }
+  std::fflush(stdout);
 }
 
 void Launcher::PrintResult(double accuracy, double secs) {
