@@ -96,6 +96,8 @@ Status Server::Start() {
           shard_->Restore(*resume_from)
               .WithContext("--resume: round " +
                            std::to_string(settings.resume_round)));
+      TETHER_LOG(kInfo) << "resuming from round " << settings.resume_round
+                        << " (clock " << resume_from->min_clock << ")";
       TETHER_LOG(kInfo) << "shard 0 loaded checkpoint round "
                         << settings.resume_round << " (clock "
                         << resume_from->min_clock << ") from "
@@ -371,6 +373,8 @@ Status Server::LoadRound(int64_t round) {
       "checkpoint dir " + options_.data_dir + ": round " +
       std::to_string(round)));
   StartCheckpointer();
+  TETHER_LOG(kInfo) << "resuming from round " << round << " (clock "
+                    << snapshot->min_clock << ")";
   TETHER_LOG(kInfo) << "shard " << options_.shard_id
                     << " loaded checkpoint round " << round << " (clock "
                     << snapshot->min_clock << ") from " << options_.data_dir;

@@ -215,6 +215,16 @@ TEST(Resume, AsyncRunKilledAndResumedEndsWithinOnePercent) {
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   auto workers = StartWorkers(**cluster, dir.path(), "second", 2, 5, "softmax");
   WaitForWorkers(workers);
+  // Every process says where the run goes on from.
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(
+        (*cluster)->shard(i).WaitForLine("resuming from round ", 1000).ok())
+        << "shard " << i;
+  }
+  for (auto& w : workers) {
+    EXPECT_NE(w->Log().find("resuming from round "), std::string::npos)
+        << w->Log();
+  }
   double resumed = Accuracy(**cluster, "softmax");
   EXPECT_GT(clean, 0.7);
   EXPECT_NEAR(resumed, clean, 0.01);

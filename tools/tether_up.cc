@@ -372,6 +372,15 @@ int Launcher::Run() {
     } else {
       std::printf("dashboard:   off (--http off)\n");
     }
+    if (!o_.resume.empty()) {
+      // Shard 0 says which round it loaded (the newest complete one for
+      // latest) and the clock the workers go on from.
+      auto line = shards_[0]->WaitForLine("resuming from round", 30000);
+      if (line.ok()) {
+        std::printf("tether-up: %s\n",
+                    line->substr(line->find("resuming from round")).c_str());
+      }
+    }
     std::fflush(stdout);
     s = StartWorkers();
   }

@@ -105,7 +105,8 @@ struct WelcomeInfo {
   int num_workers = 0;
   uint32_t block_size = 0;
   int heartbeat_ms = 0;
-  int silence_ms = 0;  // the run's --worker-timeout-ms
+  int silence_ms = 0;         // the run's --worker-timeout-ms
+  int64_t resume_round = -1;  // the round the run resumed from; -1 none
   std::vector<std::string> shard_addresses;
 };
 
@@ -340,6 +341,7 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
          info.block_size = w->config()->block_size();
          info.heartbeat_ms = w->config()->heartbeat_ms();
          info.silence_ms = w->config()->worker_timeout_ms();
+         info.resume_round = w->config()->resume_round();
          if (w->shard_map() && w->shard_map()->shards()) {
            for (const wire::ShardInfo* s : *w->shard_map()->shards()) {
              info.shard_addresses.push_back(s->address() ? s->address()->str()
@@ -738,6 +740,7 @@ int Client::num_workers() const { return impl_->welcome.num_workers; }
 uint64_t Client::seed() const { return impl_->welcome.seed; }
 uint32_t Client::block_size() const { return impl_->welcome.block_size; }
 int64_t Client::clock() const { return impl_->clock; }
+int64_t Client::resume_round() const { return impl_->welcome.resume_round; }
 
 void Client::DefineTensorAsync(const std::string& name,
                                const std::vector<uint64_t>& shape, Init init,

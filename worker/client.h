@@ -119,6 +119,9 @@ class Client {
   uint64_t seed() const;  // the run seed
   uint32_t block_size() const;
   int64_t clock() const;  // completed Clock() calls
+  // The checkpoint round the run resumed from (tether-server --resume), -1
+  // when it did not; clock() then starts at that round's clock.
+  int64_t resume_round() const;
 
   // Defines a dense tensor of `shape` on every shard. Idempotent; workers
   // may all define the same tensors. kShapeMismatch if it exists otherwise.

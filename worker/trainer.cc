@@ -223,6 +223,15 @@ class Reporter {
   const std::string device_;  // where the model computes
 };
 
+// A resumed run: says where this worker goes on from.
+void SayResuming(const Client& client) {
+  if (client.resume_round() < 0) return;
+  std::printf("worker %d: resuming from round %lld (clock %lld)\n",
+              client.rank(), static_cast<long long>(client.resume_round()),
+              static_cast<long long>(client.clock()));
+  std::fflush(stdout);
+}
+
 // Sleeps so that a step that computed for `compute_s` takes `slowdown`
 // times as long: a straggler in proportion to its real work.
 void SlowDown(double slowdown, double compute_s) {
@@ -505,6 +514,7 @@ Status RunTrainer(const TrainerOptions& o) {
     co.name = "tether-worker sparse-lr";
     auto client = Client::Connect(co);
     if (!client.ok()) return client.status();
+    SayResuming(**client);
     return SparseTrainer(o, **client).Run();
   }
   if (o.model != "mlp" && o.model != "softmax") {
@@ -555,6 +565,7 @@ Status RunTrainer(const TrainerOptions& o) {
   co.name = "tether-worker " + o.model;
   auto client = Client::Connect(co);
   if (!client.ok()) return client.status();
+  SayResuming(**client);
   DenseTrainer trainer(o, **client, **model, *train, test ? &*test : nullptr);
   return trainer.Run();
 }

@@ -174,10 +174,15 @@ def test_resumed_run_skips_covered_batches(cluster, spawn):
     assert loaded[0] == loaded[1] >= round_done, loaded
     resumed = loaded[0]
     shard0.wait_for_line(f"resumed from checkpoint round {resumed}", 20)
+    for shard in (shard0, shard1):
+        shard.wait_for_line(f"resuming from round {resumed} (clock {resumed})",
+                            5)
 
     workers = start_workers("-again")
     for r, w in enumerate(workers):
         assert w.wait(60) == 0, tail(w.log())
+        assert f"resuming from round {resumed} (clock {resumed})" in w.log(), \
+            tail(w.log())
         # Its last batch was the plan's last: the round's batches were
         # skipped, not trained again (that would end at resumed + planned).
         assert final_clock(w.log()) == planned, (resumed, tail(w.log()))

@@ -770,6 +770,9 @@ PYBIND11_MODULE(_tether, m) {
           "staleness", [](PyClient& self) { return self.c().staleness(); })
       .def_property_readonly("clocks",
                              [](PyClient& self) { return self.c().clock(); })
+      .def_property_readonly(
+          "resume_round",
+          [](PyClient& self) { return self.c().resume_round(); })
       .def_property_readonly("max_push_staleness", [](PyClient& self) {
         return self.c().max_push_staleness();
       });

@@ -133,6 +133,9 @@ class Client:
     clocks = property(lambda self: self._c.clocks,
                       doc="clock() calls completed (a resumed run starts "
                           "at the round's clock)")
+    resume_round = property(lambda self: self._c.resume_round,
+                            doc="the checkpoint round the run resumed "
+                                "from; -1: none")
     stop_requested = property(lambda self: self._c.stop_requested,
                               doc="the run was stopped: stop after this step")
     stop_reason = property(lambda self: self._c.stop_reason)

@@ -398,6 +398,9 @@ def main(argv=None):
                        name=a.name or f"python {a.model}") as client:
         torch.manual_seed(client.seed)
         model = cls(**a.model_args).to(device)
+        if client.resume_round >= 0:
+            print(f"worker {client.rank}: resuming from round "
+                  f"{client.resume_round} (clock {client.clocks})", flush=True)
         if not a.quiet:
             print(f"worker {client.rank}: {a.model} computes on {device}",
                   flush=True)
