@@ -361,6 +361,15 @@ void Monitor::UpdateWorkersLocked(double t) {
     states_[i] = now;
     if (was == now) continue;
     const std::string name = WorkerName(w);
+    // First seen (or seen again) already straggling, finished or gone
+    // between two samples: it still joined (rejoined) first.
+    if (now != WorkerState::kRunning && now != WorkerState::kJoining) {
+      if (was == WorkerState::kJoining) {
+        AddEventLocked(t, "info", name + " joined");
+      } else if (was == WorkerState::kDead && now != WorkerState::kDead) {
+        AddEventLocked(t, "info", name + " rejoined");
+      }
+    }
     switch (now) {
       case WorkerState::kDead:
         ++evictions_;

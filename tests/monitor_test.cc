@@ -286,6 +286,29 @@ TEST(Monitor, DeadWorkerThatReconnectsRejoins) {
       1u);
 }
 
+TEST(Monitor, WorkerFirstSeenStragglingOrFinishedStillJoined) {
+  Monitor monitor(Settings(1, 3));
+  const TimePoint t0 = Monitor::Now();
+  monitor.OnShardStats(
+      ShardZero({Disconnected(0), Disconnected(1), Disconnected(2)}),
+      At(t0, 0));
+  monitor.Tick(At(t0, 0));
+  // Between two samples rank 2 joined and fell behind, rank 1 joined and
+  // finished.
+  ShardStats::Worker done = Running(1, 0, 100);
+  done.done = true;
+  monitor.OnShardStats(ShardZero({Running(0, 0, 100), done, Running(2, 0, 10)}),
+                       At(t0, 1));
+  monitor.Tick(At(t0, 1));
+  ASSERT_EQ(StateOf(monitor, 2, At(t0, 1)), "straggling");
+  ASSERT_EQ(StateOf(monitor, 1, At(t0, 1)), "finished");
+  for (const char* who :
+       {"worker 0 joined", "worker 1 joined", "worker 2 joined"}) {
+    EXPECT_EQ(EventsWith(AllEvents(monitor, At(t0, 1)), {who}).size(), 1u)
+        << who;
+  }
+}
+
 TEST(Monitor, StragglerStaysStragglingForHoldThenRuns) {
   MonitorOptions options;
   options.straggler_hold_s = 3.0;
