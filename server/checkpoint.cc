@@ -26,12 +26,14 @@
 // order, which must be little endian (checked at compile time).
 #include "server/checkpoint.h"
 
+#include <fcntl.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/iterator.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
 #include <rocksdb/write_batch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -659,6 +661,30 @@ struct CheckpointStore::Impl {
   }
 };
 
+namespace {
+
+// Who holds `dir`'s RocksDB LOCK (a POSIX record lock), e.g.
+// "tether-server pid 123"; empty when nobody else does.
+std::string LockHolder(const std::string& dir) {
+  const int fd = ::open((dir + "/LOCK").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  std::string holder;
+  if (fcntl(fd, F_GETLK, &lock) == 0 && lock.l_type != F_UNLCK) {
+    std::string name;
+    std::ifstream comm("/proc/" + std::to_string(lock.l_pid) + "/comm");
+    std::getline(comm, name);
+    holder = (name.empty() ? std::string("a process") : name) + " pid " +
+             std::to_string(lock.l_pid);
+  }
+  ::close(fd);
+  return holder;
+}
+
+}  // namespace
+
 CheckpointStore::CheckpointStore(std::string dir, std::unique_ptr<Impl> impl)
     : dir_(std::move(dir)), impl_(std::move(impl)) {}
 
@@ -782,6 +808,12 @@ Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
       probe->DestroyColumnFamilyHandle(h).PermitUncheckedError();
     }
     delete probe;
+  }
+  if (std::string holder = LockHolder(dir); !holder.empty()) {
+    return Status(Code::kIoError,
+                  where + " is held by " + holder +
+                      " (it has the store open): stop it first, or give "
+                      "this shard its own --data-dir; nothing was changed");
   }
   rocksdb::Status s =
       rocksdb::DB::Open(options, dir, Families(), &impl->handles, &impl->db);

@@ -417,3 +417,36 @@ TEST(CheckpointSafety, ShardExitsWhenItsCoordinatorIsGone) {
 
 }  // namespace
 }  // namespace tether::testing
+
+namespace tether::testing {
+namespace {
+
+// A data dir another shard has open is refused naming that process, not
+// with RocksDB's "Resource temporarily unavailable" on its LOCK file.
+TEST(CheckpointSafety, DataDirHeldByARunningShardIsNamed) {
+  TempDir dir;
+  const std::string data = dir.path() + "/data";
+  auto first = Process::Start({TETHER_SERVER_BIN, "--listen", "127.0.0.1:0",
+                               "--http", "off", "--data-dir", data},
+                              dir.path() + "/first.log");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_TRUE((*first)->WaitForLine("listening on", 10000).ok())
+      << (*first)->Log();
+  std::string out;
+  auto code = RunToExit({TETHER_SERVER_BIN, "--listen", "127.0.0.1:0", "--http",
+                         "off", "--data-dir", data},
+                        &out, 10000);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_NE(*code, 0) << out;
+  EXPECT_NE(out.find("is held by tether-server pid " +
+                     std::to_string((*first)->pid())),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("Resource temporarily unavailable"), std::string::npos)
+      << out;
+  // The first shard goes on undisturbed.
+  EXPECT_TRUE((*first)->Running()) << (*first)->Log();
+}
+
+}  // namespace
+}  // namespace tether::testing

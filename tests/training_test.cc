@@ -1,6 +1,7 @@
 // End to end with real processes: workers training on Fashion-MNIST (the
 // Debian package dataset-fashion-mnist) and on generated sparse data.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <boost/json.hpp>
 #include <cmath>
@@ -90,6 +91,33 @@ TEST(Training, LauncherRunStoppedFromTheDashboardExitsZero) {
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("MISSED"), std::string::npos) << out;
+}
+
+// tether-up killed with SIGKILL takes its shards and workers with it: none
+// is left training or holding its data dir.
+TEST(Training, LauncherKilledTakesItsProcessesWithIt) {
+  TempDir dir;
+  auto up = Process::Start({TETHER_UP_BIN, "--http", "off", "--shards", "2",
+                            "--workers", "2", "--slow", "0", "--epochs", "50",
+                            "--model", "softmax", "--log-dir", dir.path()},
+                           dir.path() + "/up.out");
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  // Training is under way (a progress line with clocks).
+  ASSERT_TRUE((*up)->WaitForLine("min ", 60000).ok()) << (*up)->Log();
+  std::string ps;
+  ASSERT_TRUE(RunToExit({"/usr/bin/pgrep", "-f", dir.path()}, &ps, 5000).ok());
+  ASSERT_NE(ps, "") << "no shard or worker running";
+  (*up)->Signal(SIGKILL);
+  ASSERT_TRUE((*up)->Wait(5000).ok());
+  EXPECT_TRUE(Eventually(
+      [&] {
+        ps.clear();
+        return RunToExit({"/usr/bin/pgrep", "-f", dir.path()}, &ps, 5000)
+                   .ok() &&
+               ps.empty();
+      },
+      10000))
+      << "still running: " << ps;
 }
 
 // Every parameter of an MLP trained with s = 0 by 2 workers on 2 shards.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,12 +27,18 @@ Result<std::unique_ptr<Process>> Process::Start(std::vector<std::string> argv,
                                                 std::string log) {
   int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Status(Code::kIoError, "cannot create " + log);
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(fd);
     return Status(Code::kIoError, "fork failed");
   }
   if (pid == 0) {
+    // The child dies with its parent (tether-up killed with SIGKILL must
+    // not leave shards holding their data dirs): SIGTERM, so a shard still
+    // stops cleanly. The parent may already be gone.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
     std::vector<char*> args;

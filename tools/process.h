@@ -1,6 +1,9 @@
 // Child processes for the launcher and the tests: a binary run with its
 // stdout and stderr in a log file, killed (SIGKILL) on destruction if it
-// still runs. Not thread-safe.
+// still runs, and sent SIGTERM by the kernel when the thread that started
+// it exits (PR_SET_PDEATHSIG), so that a launcher killed with SIGKILL
+// leaves nothing behind: start processes from a thread that outlives them.
+// Not thread-safe.
 #pragma once
 
 #include <sys/types.h>
