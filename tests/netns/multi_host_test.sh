@@ -34,6 +34,7 @@
 #                             started to the last worker's exit (180)
 #   TETHER_NETNS_VERBOSE=1    workers print progress lines (no --quiet)
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin_dir=${TETHER_BIN_DIR:-$repo/build/release}
@@ -101,13 +102,7 @@ pids=()
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  local p
-  for p in "${pids[@]}"; do kill -TERM "$p" 2> /dev/null || true; done
-  for p in "${pids[@]}"; do
-    for _ in $(seq 20); do kill -0 "$p" 2> /dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2> /dev/null || true
-    wait "$p" 2> /dev/null || true
-  done
+  stop_pids "${pids[@]}"
   local ns
   for ns in "${made_ns[@]}"; do ip netns del "$ns" 2> /dev/null || true; done
   exit "$rc"

@@ -20,6 +20,7 @@
 #   TETHER_SDK_DEADLINE_S     bound on training, from the first shard
 #                             started to the last worker's exit (120)
 set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build_dir=$(cd "${TETHER_BUILD_DIR:-$repo/build/release}" && pwd)
@@ -38,13 +39,7 @@ passed=0
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  local p
-  for p in "${pids[@]}"; do kill -TERM "$p" 2> /dev/null || true; done
-  for p in "${pids[@]}"; do
-    for _ in $(seq 20); do kill -0 "$p" 2> /dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2> /dev/null || true
-    wait "$p" 2> /dev/null || true
-  done
+  stop_pids "${pids[@]}"
   if [[ $passed -eq 1 && -z ${ARTIFACT_DIR:-} ]]; then rm -rf "$tmp"; fi
   exit "$rc"
 }

@@ -254,6 +254,9 @@ struct Meta {
   uint64_t size = 0;            // tensors: floats; tables: dim
 };
 
+// What a dense request does with its buffer.
+enum class Dense { kPull, kPush, kProvide };
+
 class PyClient;
 
 // The Python-visible future of an asynchronous request.
@@ -343,46 +346,12 @@ class PyClient {
     meta_[name] = {true, {}, dim, dim};
   }
 
-  // Starts one request on `buffer`; `start` gets the checked floats.
-  template <typename Start>
-  std::shared_ptr<Pending> StartDense(const std::string& name,
-                                      const py::object& buffer, bool writable,
-                                      const char* verb, Start start) {
-    const Meta& m = Lookup(name, false);
-    Floats f =
-        CheckFloats(buffer, writable, std::string(verb) + " '" + name + "'",
-                    ShapeText(m.shape), m.size);
-    auto p = Track(buffer);
-    Client& client = c();
-    {
-      InClient in_client;
-      start(client, f, p->Callback());
-    }
-    return p;
-  }
-
-  std::shared_ptr<Pending> PullStart(const std::string& name,
-                                     const py::object& out) {
-    return StartDense(
-        name, out, true, "pull", [&](Client& client, const Floats& f, auto cb) {
-          client.PullAsync(name, {f.data(), f.size()}, std::move(cb));
-        });
-  }
-  std::shared_ptr<Pending> PushStart(const std::string& name,
-                                     const py::object& grad) {
-    return StartDense(
-        name, grad, false, "push",
-        [&](Client& client, const Floats& f, auto cb) {
-          client.PushAsync(name, {f.data(), f.size()}, std::move(cb));
-        });
-  }
-  std::shared_ptr<Pending> ProvideStart(const std::string& name,
-                                        const py::object& values) {
-    return StartDense(
-        name, values, false, "provide",
-        [&](Client& client, const Floats& f, auto cb) {
-          client.ProvideTensorAsync(name, {f.data(), f.size()}, std::move(cb));
-        });
+  // One tensor: ManyStart of one.
+  std::shared_ptr<Pending> DenseStart(Dense op, const std::string& name,
+                                      const py::object& buffer) {
+    py::list buffers;
+    buffers.append(buffer);
+    return ManyStart(op, {name}, buffers, false);
   }
 
   // Rows: `keys` a 1-D uint64 (or int64) array; `rows` keys * dim floats.
@@ -422,11 +391,11 @@ class PyClient {
     return p;
   }
 
-  // Pulls (push false) or pushes several tensors in one call: every buffer
-  // is checked before anything is sent, one GIL release starts them all,
-  // and one Pending ends when all have (with the first error). `clock`
-  // (pushes only) sends the Clock right behind them; its error comes first.
-  std::shared_ptr<Pending> ManyStart(bool push,
+  // Pulls, pushes or provides several tensors in one call: every buffer is
+  // checked before anything is sent, one GIL release starts them all, and
+  // one Pending ends when all have (with the first error). `clock` (pushes)
+  // sends the Clock right behind them; its error comes first.
+  std::shared_ptr<Pending> ManyStart(Dense op,
                                      const std::vector<std::string>& names,
                                      const py::list& buffers, bool clock) {
     if (names.size() != buffers.size()) {
@@ -434,14 +403,16 @@ class PyClient {
           "pull_many/push_many: " + std::to_string(names.size()) + " names, " +
           std::to_string(buffers.size()) + " buffers");
     }
+    const char* verb = op == Dense::kPull   ? "pull '"
+                       : op == Dense::kPush ? "push '"
+                                            : "provide '";
     std::vector<Floats> checked;
     checked.reserve(names.size());
     for (size_t i = 0; i < names.size(); ++i) {
       const Meta& m = Lookup(names[i], false);
-      checked.push_back(
-          CheckFloats(buffers[i], !push,
-                      std::string(push ? "push '" : "pull '") + names[i] + "'",
-                      ShapeText(m.shape), m.size));
+      checked.push_back(CheckFloats(buffers[i], op == Dense::kPull,
+                                    verb + names[i] + "'", ShapeText(m.shape),
+                                    m.size));
     }
     auto p = Track(buffers);
     // Counts down the parts; the clock's error wins, then the first.
@@ -472,10 +443,17 @@ class PyClient {
     if (group->left == 0) group->done(Status::Ok());
     for (size_t i = 0; i < names.size(); ++i) {
       const Floats& f = checked[i];
-      if (push) {
-        client.PushAsync(names[i], {f.data(), f.size()}, part(false));
-      } else {
-        client.PullAsync(names[i], {f.data(), f.size()}, part(false));
+      const std::span<float> floats(f.data(), f.size());
+      switch (op) {
+        case Dense::kPull:
+          client.PullAsync(names[i], floats, part(false));
+          break;
+        case Dense::kPush:
+          client.PushAsync(names[i], floats, part(false));
+          break;
+        case Dense::kProvide:
+          client.ProvideTensorAsync(names[i], floats, part(false));
+          break;
       }
     }
     if (clock) client.ClockAsync(part(true));
@@ -611,7 +589,8 @@ PYBIND11_MODULE(_tether, m) {
            "Waits for the request (Ctrl-C interrupts the wait) and returns "
            "its value, or raises its tether.Error.");
 
-  py::class_<PyClient>(m, "Client")
+  py::class_<PyClient> client(m, "Client");
+  client
       .def(py::init([](const std::string& coordinator, int staleness, int rank,
                        bool observer, std::optional<std::string> auth_key_file,
                        std::optional<std::string> name, int join_timeout_ms,
@@ -644,36 +623,6 @@ PYBIND11_MODULE(_tether, m) {
                              })
       .def("define_tensor", &PyClient::DefineTensor)
       .def("define_table", &PyClient::DefineTable)
-      .def("pull_async",
-           [](const py::object& self, const std::string& name,
-              const py::object& out) {
-             return PyFuture(self.cast<PyClient&>().PullStart(name, out), self);
-           })
-      .def("push_async",
-           [](const py::object& self, const std::string& name,
-              const py::object& grad) {
-             return PyFuture(self.cast<PyClient&>().PushStart(name, grad),
-                             self);
-           })
-      .def("provide_async",
-           [](const py::object& self, const std::string& name,
-              const py::object& values) {
-             return PyFuture(self.cast<PyClient&>().ProvideStart(name, values),
-                             self);
-           })
-      .def("pull",
-           [](PyClient& self, const std::string& name, const py::object& out) {
-             self.Wait(self.PullStart(name, out));
-           })
-      .def("push",
-           [](PyClient& self, const std::string& name, const py::object& grad) {
-             self.Wait(self.PushStart(name, grad));
-           })
-      .def("provide",
-           [](PyClient& self, const std::string& name,
-              const py::object& values) {
-             self.Wait(self.ProvideStart(name, values));
-           })
       .def("rows_async",
            [](const py::object& self, int op, const std::string& table,
               const py::object& keys, const py::object& rows) {
@@ -688,16 +637,16 @@ PYBIND11_MODULE(_tether, m) {
       .def("pull_many",
            [](const py::object& self, const std::vector<std::string>& names,
               const py::list& buffers) {
-             return PyFuture(
-                 self.cast<PyClient&>().ManyStart(false, names, buffers, false),
-                 self);
+             return PyFuture(self.cast<PyClient&>().ManyStart(
+                                 Dense::kPull, names, buffers, false),
+                             self);
            })
       .def("push_many",
            [](const py::object& self, const std::vector<std::string>& names,
               const py::list& buffers, bool clock) {
-             return PyFuture(
-                 self.cast<PyClient&>().ManyStart(true, names, buffers, clock),
-                 self);
+             return PyFuture(self.cast<PyClient&>().ManyStart(
+                                 Dense::kPush, names, buffers, clock),
+                             self);
            })
       .def("clock", [](PyClient& self) { self.Wait(self.ClockStart()); })
       .def("clock_async",
@@ -776,6 +725,27 @@ PYBIND11_MODULE(_tether, m) {
       .def_property_readonly("max_push_staleness", [](PyClient& self) {
         return self.c().max_push_staleness();
       });
+  // pull, push and provide, each blocking and _async.
+  struct DenseMethod {
+    const char* name;
+    const char* async_name;
+    Dense op;
+  };
+  for (const DenseMethod& d :
+       {DenseMethod{"pull", "pull_async", Dense::kPull},
+        DenseMethod{"push", "push_async", Dense::kPush},
+        DenseMethod{"provide", "provide_async", Dense::kProvide}}) {
+    client.def(d.name, [op = d.op](PyClient& self, const std::string& name,
+                                   const py::object& buffer) {
+      self.Wait(self.DenseStart(op, name, buffer));
+    });
+    client.def(d.async_name,
+               [op = d.op](const py::object& self, const std::string& name,
+                           const py::object& buffer) {
+                 return PyFuture(
+                     self.cast<PyClient&>().DenseStart(op, name, buffer), self);
+               });
+  }
 
   m.def(
       "wait_seconds", [] { return g_wait_ns.load() * 1e-9; },
