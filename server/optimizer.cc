@@ -1,11 +1,33 @@
 #include "server/optimizer.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cmath>
 #include <vector>
 
+// The shard's arithmetic hot path: the update loops and the finiteness
+// scan are built twice, for x86-64's baseline (SSE2) and for AVX2, and the
+// loader picks one by the CPU. Both do the same IEEE operations in the same
+// order (no FMA contraction, no reassociation), so a shard's weights are
+// bit-identical whichever runs.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define TETHER_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define TETHER_VECTOR_CLONES
+#endif
+
 namespace tether {
+
+TETHER_VECTOR_CLONES bool AllFinite(std::span<const float> values) {
+  uint32_t bad = 0;
+  for (float v : values) {
+    bad |= static_cast<uint32_t>((std::bit_cast<uint32_t>(v) & 0x7f800000u) ==
+                                 0x7f800000u);
+  }
+  return bad == 0;
+}
 
 Result<OptimizerKind> ParseOptimizerKind(const std::string& name) {
   if (name == "sgd") return OptimizerKind::kSgd;
@@ -58,7 +80,7 @@ void Optimizer::Apply(std::span<float> weights, std::span<float> slots,
   (void)Update(w, s, grad, weights, slots, step, lr_scale);
 }
 
-bool Optimizer::Update(std::span<const float> weights,
+TETHER_VECTOR_CLONES bool Optimizer::Update(std::span<const float> weights,
                        std::span<const float> slots,
                        std::span<const float> grad,
                        std::span<float> out_weights, std::span<float> out_slots,

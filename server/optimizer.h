@@ -6,7 +6,6 @@
 // only the spans it is given.
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -18,14 +17,7 @@ namespace tether {
 
 // True when no value is NaN or +-Inf. Reads the bits, so it vectorizes
 // and holds under any floating-point flags.
-inline bool AllFinite(std::span<const float> values) {
-  uint32_t bad = 0;
-  for (float v : values) {
-    bad |= static_cast<uint32_t>((std::bit_cast<uint32_t>(v) & 0x7f800000u) ==
-                                 0x7f800000u);
-  }
-  return bad == 0;
-}
+bool AllFinite(std::span<const float> values);
 
 // The index of the first NaN or +-Inf in `values`, or values.size().
 size_t FirstNonFinite(std::span<const float> values);

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <random>
 #include <vector>
 
 namespace tether {
@@ -162,6 +166,68 @@ TEST(Optimizer, ParseRejectsUnknownNameNamingIt) {
       << parsed.status().message();
   EXPECT_NE(parsed.status().message().find("adam"), std::string::npos)
       << parsed.status().message();
+}
+
+// The update loops run vectorized (SSE2 or AVX2, picked by the CPU); every
+// element must still be exactly what the formula gives one at a time, so a
+// shard's weights do not depend on the machine it runs on. 1003 weights:
+// whole vectors and a tail.
+TEST(Optimizer, VectorizedAdamIsBitIdenticalToTheFormulaPerElement) {
+  const size_t n = 1003;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> w(n), g(n), slots(2 * n);
+  for (float& x : w) x = normal(rng);
+  for (float& x : g) x = normal(rng);
+  for (size_t i = 0; i < n; ++i) {
+    slots[i] = 0.1f * normal(rng);
+    slots[n + i] = std::abs(0.01f * normal(rng));
+  }
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdam;
+  o.lr = 0.001f;
+  const Optimizer opt(o);
+  std::vector<float> w_out(n), slots_out(2 * n);
+  const uint64_t step = 5;
+  ASSERT_TRUE(opt.Update(w, slots, g, w_out, slots_out, step, 1.0f));
+
+  const float c1 = static_cast<float>(1.0 - std::pow(double{o.beta1}, 5.0));
+  const float c2 = static_cast<float>(1.0 - std::pow(double{o.beta2}, 5.0));
+  const float b1 = o.beta1, b2 = o.beta2;
+  for (size_t i = 0; i < n; ++i) {
+    volatile float mi = b1 * slots[i] + (1.0f - b1) * g[i];
+    volatile float vi = b2 * slots[n + i] + (1.0f - b2) * g[i] * g[i];
+    volatile float wi =
+        w[i] - o.lr * (mi / c1) / (std::sqrt(vi / c2) + o.epsilon);
+    ASSERT_EQ(std::bit_cast<uint32_t>(slots_out[i]),
+              std::bit_cast<uint32_t>(static_cast<float>(mi)))
+        << "m at " << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(slots_out[n + i]),
+              std::bit_cast<uint32_t>(static_cast<float>(vi)))
+        << "v at " << i;
+    ASSERT_EQ(std::bit_cast<uint32_t>(w_out[i]),
+              std::bit_cast<uint32_t>(static_cast<float>(wi)))
+        << "w at " << i;
+  }
+}
+
+TEST(Optimizer, AllFiniteFindsANonFiniteValueInAnyPosition) {
+  std::vector<float> values(37, 1.5f);
+  EXPECT_TRUE(AllFinite(values));
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  for (float b : bad) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] = b;
+      EXPECT_FALSE(AllFinite(values)) << "value " << b << " at " << i;
+      EXPECT_EQ(FirstNonFinite(values), i);
+      values[i] = 1.5f;
+    }
+  }
+  values[3] = std::numeric_limits<float>::max();
+  values[4] = std::numeric_limits<float>::denorm_min();
+  EXPECT_TRUE(AllFinite(values));
 }
 
 }  // namespace
