@@ -155,9 +155,10 @@ OutFrame MakeHelloFrame(const HelloFields& h) {
   };
   auto proof = bytes(h.proof);
   auto nonce = bytes(h.nonce);
-  auto hello =
-      wire::CreateHello(fbb, kProtocolVersion, h.role, h.rank, h.staleness,
-                        h.shard_id, address, proof, name, h.clock, nonce);
+  auto command = h.command.empty() ? 0 : fbb.CreateString(h.command);
+  auto hello = wire::CreateHello(fbb, kProtocolVersion, h.role, h.rank,
+                                 h.staleness, h.shard_id, address, proof, name,
+                                 h.clock, nonce, command);
   return FinishFrame(fbb, hello);
 }
 

@@ -84,8 +84,9 @@ struct HelloFields {
   std::string address;  // shards: where they listen
   std::string name;
   int64_t clock = -1;
-  std::string nonce;  // set by PeerAuth
-  std::string proof;  // set by PeerAuth
+  std::string command;  // the peer's command line, shell-quoted; "" none
+  std::string nonce;    // set by PeerAuth
+  std::string proof;    // set by PeerAuth
 };
 
 OutFrame MakeHelloFrame(const HelloFields& hello);

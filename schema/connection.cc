@@ -23,7 +23,9 @@ std::string PeerOf(const tcp::socket& socket) {
 
 bool IsNormalEnding(const boost::system::error_code& ec) {
   return ec == asio::error::eof || ec == asio::error::operation_aborted ||
-         ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+         ec == asio::error::connection_reset ||
+         ec == asio::error::broken_pipe || ec == asio::error::not_connected ||
+         ec == asio::error::connection_aborted;
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "schema/flags.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -40,13 +42,58 @@ std::string ToText(const T& v) {
   return s.str();
 }
 
-}  // namespace
-
-std::string NumberText(double value) {
+// The shortest text that reads back as `value`: plain notation from 1e-4
+// up to 1e16 ("0.0005", not to_chars' equally short "5e-04"), scientific
+// beyond ("1e-07").
+template <typename T>
+std::string ShortestText(T value) {
   char text[64];
-  auto [end, ec] = std::to_chars(text, text + sizeof text, value);
+  const T magnitude = std::abs(value);
+  const bool plain =
+      magnitude == 0 || (magnitude >= T(1e-4) && magnitude < T(1e16));
+  auto [end, ec] = plain ? std::to_chars(text, text + sizeof text, value,
+                                         std::chars_format::fixed)
+                         : std::to_chars(text, text + sizeof text, value);
   if (ec != std::errc()) return ToText(value);
   return std::string(text, end);
+}
+
+}  // namespace
+
+std::string NumberText(double value) { return ShortestText(value); }
+
+std::string NumberText(float value) { return ShortestText(value); }
+
+std::string ShellQuote(std::string_view word) {
+  auto plain = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("@%+=:,./_-").find(c) != std::string_view::npos;
+  };
+  if (!word.empty() && std::all_of(word.begin(), word.end(), plain)) {
+    return std::string(word);
+  }
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string ShellCommand(int argc, const char* const* argv) {
+  return ShellCommand(std::vector<std::string>(argv, argv + argc));
+}
+
+std::string ShellCommand(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const std::string& word : argv) {
+    if (!out.empty()) out += ' ';
+    out += ShellQuote(word);
+  }
+  return out;
 }
 
 std::string HostPort::ToString() const {

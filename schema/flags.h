@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "schema/status.h"
@@ -31,6 +32,17 @@ Result<HostPort> ParseHostPort(const std::string& text, const std::string& what,
 // ("0.001", "1e-07", "3"): for numbers one tool hands to another process,
 // where std::to_string would round 1e-7 to "0.000000".
 std::string NumberText(double value);
+// The same for a float: the shortest text that reads back as the same float
+// ("0.001", not the double 0.0010000000474974513).
+std::string NumberText(float value);
+
+// `word` as one shell word: as it is when it holds only characters no shell
+// treats specially, else in single quotes (a quote inside as '\'').
+std::string ShellQuote(std::string_view word);
+// A command line (argv[0..argc)) as one line of shell words, for a process
+// to say how it was started (schema/tether.fbs Hello.command).
+std::string ShellCommand(int argc, const char* const* argv);
+std::string ShellCommand(const std::vector<std::string>& argv);
 
 class FlagParser {
  public:

@@ -205,6 +205,21 @@ class Fields {
     return v->get_array();
   }
 
+  bool Bool(const char* key) {
+    const json::value* v = Find(key);
+    if (v == nullptr) return false;
+    if (!v->is_bool()) {
+      Fail(std::string("field '") + key + "' is not true or false");
+      return false;
+    }
+    return v->get_bool();
+  }
+
+  // Whether a field added after the format's first version is there.
+  bool Has(const char* key) const {
+    return object_ != nullptr && object_->contains(key);
+  }
+
   // A field added after the format's first version: "" when absent.
   std::string OptionalString(const char* key) {
     if (object_ == nullptr || !object_->contains(key)) return {};
@@ -266,6 +281,10 @@ json::value SettingsToJson(const RunSettings& s) {
       {"block_size", s.block_size},
       {"checkpoint_every", s.checkpoint_every},
       {"resume_round", s.resume_round},
+      {"worker_timeout_ms", s.worker_timeout_ms},
+      {"heartbeat_ms", s.heartbeat_ms},
+      {"backup_workers", s.backup_workers},
+      {"staleness_lr", s.staleness_lr},
       {"optimizer", json::object{{"kind", OptimizerName(o.kind)},
                                  {"lr", static_cast<double>(o.lr)},
                                  {"momentum", static_cast<double>(o.momentum)},
@@ -280,10 +299,18 @@ RunSettings SettingsFromJson(const json::value& v, Fields* parent) {
   s.run_id = f.OptionalString("run_id");
   s.seed = f.Number<uint64_t>("seed");
   s.num_shards = f.Number<int>("num_shards");
-  if (const json::object* o = v.if_object();
-      o != nullptr && o->contains("keep_checkpoints")) {
+  // Fields newer than the first rounds: absent ones keep their defaults.
+  if (f.Has("keep_checkpoints")) {
     s.keep_checkpoints = f.Number<int>("keep_checkpoints");
   }
+  if (f.Has("worker_timeout_ms")) {
+    s.worker_timeout_ms = f.Number<int>("worker_timeout_ms");
+  }
+  if (f.Has("heartbeat_ms")) s.heartbeat_ms = f.Number<int>("heartbeat_ms");
+  if (f.Has("backup_workers")) {
+    s.backup_workers = f.Number<int>("backup_workers");
+  }
+  if (f.Has("staleness_lr")) s.staleness_lr = f.Bool("staleness_lr");
   s.num_workers = f.Number<int>("num_workers");
   s.max_staleness = f.Number<int>("max_staleness");
   s.reject_staleness = f.Number<int>("reject_staleness");

@@ -141,6 +141,18 @@ void Limit(RequestParser& parser, const HttpOptions& options) {
   parser.body_limit(options.body_limit);
 }
 
+// A connection that ended the ordinary way: the peer closed it (a browser
+// closing its tab: end of stream, a reset, a socket no longer connected,
+// a broken pipe), or the server is stopping. Logged at debug, not as news.
+bool OrdinaryEnding(const beast::error_code& ec) {
+  return ec == http::error::end_of_stream || ec == asio::error::eof ||
+         ec == websocket::error::closed ||
+         ec == asio::error::connection_reset ||
+         ec == asio::error::connection_aborted ||
+         ec == asio::error::not_connected || ec == asio::error::broken_pipe ||
+         ec == asio::error::operation_aborted;
+}
+
 // The status and text a request the parser refused is answered with.
 std::pair<int, std::string> Refusal(const beast::error_code& ec) {
   if (ec == http::error::header_limit) {
@@ -250,16 +262,19 @@ class HttpServer::Impl::WebSocketSession
   }
 
   void Close() override {
-    asio::post(ws_.get_executor(),
-               [self = shared_from_this()] { self->Fail("closed"); });
+    asio::post(ws_.get_executor(), [self = shared_from_this()] {
+      self->Fail("closed: the server stops", LogLevel::kDebug);
+    });
   }
 
  private:
   void OnAccept(beast::error_code ec) {
-    if (ec) return Fail("handshake: " + ec.message());
+    if (ec) return Fail("handshake: " + ec.message(), LevelFor(ec));
     {
       std::lock_guard lock(server_->mu);
-      if (server_->stopped) return Fail("server stopping");
+      if (server_->stopped) {
+        return Fail("closed: the server stops", LogLevel::kDebug);
+      }
       Enqueue(std::make_shared<const std::string>(server_->greeting()));
       std::erase_if(server_->websockets, [](auto& w) { return w.expired(); });
       server_->websockets.push_back(shared_from_this());
@@ -275,9 +290,7 @@ class HttpServer::Impl::WebSocketSession
             ++self->server_->dropped;
             return self->Fail("dropped: silent for --http-timeout-ms");
           }
-          if (ec)
-            return self->Fail(
-                ec == websocket::error::closed ? "" : "read: " + ec.message());
+          if (ec) return self->Fail("read: " + ec.message(), LevelFor(ec));
           self->in_.consume(self->in_.size());  // browsers have nothing to say
           self->DoRead();
         });
@@ -302,18 +315,26 @@ class HttpServer::Impl::WebSocketSession
                         ++self->server_->dropped;  // it stopped reading
                         return self->Fail("dropped: write timed out");
                       }
-                      if (ec) return self->Fail("write: " + ec.message());
+                      if (ec) {
+                        return self->Fail("write: " + ec.message(),
+                                          LevelFor(ec));
+                      }
                       self->queue_.pop_front();
                       if (!self->queue_.empty()) self->DoWrite();
                     });
   }
 
-  void Fail(const std::string& why) {
+  static LogLevel LevelFor(const beast::error_code& ec) {
+    return OrdinaryEnding(ec) ? LogLevel::kDebug : LogLevel::kInfo;
+  }
+
+  // Closes the connection once, logging `why` at `level`.
+  void Fail(const std::string& why, LogLevel level = LogLevel::kInfo) {
     if (closed_) return;
     closed_ = true;
     queue_.clear();
-    if (!why.empty()) {
-      TETHER_LOG(kInfo) << "dashboard client " << peer_ << " " << why;
+    if (LogEnabled(level)) {
+      LogLine(level, "dashboard client " + peer_ + " " + why);
     }
     beast::error_code ignored;
     beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both,
@@ -384,8 +405,9 @@ class HttpSession : public Closable,
   }
 
   void OnRead(beast::error_code ec) {
-    if (ec == http::error::end_of_stream || ec == asio::error::eof ||
-        ec == asio::error::operation_aborted) {
+    if (OrdinaryEnding(ec)) {
+      TETHER_LOG(kDebug) << "dashboard: " << Peer()
+                         << " closed the connection (" << ec.message() << ")";
       return stream_.close();
     }
     if (ec == beast::error::timeout) {

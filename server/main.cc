@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     std::cerr << "tether-server: " << options.status().message() << "\n";
     return 2;
   }
+  options->argv.assign(argv, argv + argc);
   tether::InitLogging(
       "shard " + std::to_string(options->shard_id),
       options->verbose ? tether::LogLevel::kDebug : tether::LogLevel::kInfo);

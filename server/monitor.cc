@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "schema/flags.h"
 #include "schema/log.h"
 #include "server/json_text.h"
 
@@ -17,23 +18,9 @@ namespace json = boost::json;
 
 namespace {
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-// The shortest text that reads back as `value` exactly.
-std::string FloatText(float value) {
-  char text[32];
-  auto [end, ec] = std::to_chars(text, text + sizeof text, value);
-  return std::string(text, end);
-}
-
 // A float as the decimal it was meant to be (0.001, not 0.0010000000475).
 double Decimal(float value) {
-  return std::strtod(FloatText(value).c_str(), nullptr);
+  return std::strtod(NumberText(value).c_str(), nullptr);
 }
 
 // A float figure where negative means "not known" (loss, accuracy).
@@ -53,6 +40,22 @@ std::string WorkerName(const ShardStats::Worker& w) {
   std::string name = "worker " + std::to_string(w.rank);
   if (!w.host.empty()) name += " (" + w.host + ")";
   return name;
+}
+
+// Why a worker straggles (straggler.h), as the event says it.
+std::string StragglingText(const StragglerWatch::Verdict& v, double window_s) {
+  std::ostringstream out;
+  out << v.behind << (v.behind == 1 ? " clock" : " clocks")
+      << " behind the fastest running worker; ";
+  if (v.held_back_share >= 0.5) {
+    out << "it held others back at their staleness bound in "
+        << std::lround(100 * v.held_back_share) << "% of the last " << window_s
+        << " s";
+  } else {
+    out << "its clock advanced " << v.advance << " in the last " << window_s
+        << " s, the fastest worker's " << v.fastest_advance;
+  }
+  return out.str();
 }
 
 int64_t UnixMs() {
@@ -128,7 +131,6 @@ std::vector<WorkerState> ClassifyWorkers(
     const std::vector<ShardStats::Worker>& workers,
     const std::vector<bool>& ever_connected) {
   std::vector<WorkerState> states(workers.size(), WorkerState::kRunning);
-  std::vector<size_t> running;
   for (size_t i = 0; i < workers.size(); ++i) {
     const ShardStats::Worker& w = workers[i];
     const bool was = i < ever_connected.size() && ever_connected[i];
@@ -136,49 +138,9 @@ std::vector<WorkerState> ClassifyWorkers(
       states[i] = WorkerState::kFinished;
     } else if (!w.connected || !w.live) {  // gone, or evicted for silence
       states[i] = was ? WorkerState::kDead : WorkerState::kJoining;
-    } else {
-      running.push_back(i);
     }
-  }
-  if (running.size() < 2) return states;
-  for (size_t i : running) {
-    std::vector<double> waits, rates;
-    for (size_t j : running) {
-      if (j == i) continue;
-      waits.push_back(workers[j].wait_fraction);
-      rates.push_back(workers[j].samples_per_s);
-    }
-    const double others_wait = Median(waits);
-    const double others_rate = Median(rates);
-    const ShardStats::Worker& w = workers[i];
-    const bool waited_for =
-        others_wait >= 0.25 && w.wait_fraction < 0.5 * others_wait;
-    const bool slow = others_rate > 0 && w.samples_per_s > 0 &&
-                      w.samples_per_s < 0.5 * others_rate;
-    if (waited_for || slow) states[i] = WorkerState::kStraggling;
   }
   return states;
-}
-
-std::string ReproduceCommand(const RunSettings& s) {
-  std::ostringstream out;
-  out << "tether-server --shard-id 0 --shards " << s.num_shards << " --workers "
-      << s.num_workers << " --seed " << s.seed << " --max-staleness "
-      << s.max_staleness << " --reject-staleness " << s.reject_staleness
-      << " --block-size " << s.block_size << " --optimizer "
-      << OptimizerName(s.optimizer.kind);
-  out << " --lr " << FloatText(s.optimizer.lr) << " --momentum "
-      << FloatText(s.optimizer.momentum) << " --beta1 "
-      << FloatText(s.optimizer.beta1) << " --beta2 "
-      << FloatText(s.optimizer.beta2) << " --epsilon "
-      << FloatText(s.optimizer.epsilon);
-  out << " --worker-timeout-ms " << s.worker_timeout_ms << " --heartbeat-ms "
-      << s.heartbeat_ms << " --backup-workers " << s.backup_workers;
-  if (s.staleness_lr) out << " --staleness-lr";
-  if (s.checkpoint_every > 0) {
-    out << " --checkpoint-every " << s.checkpoint_every << " --data-dir DIR";
-  }
-  return out.str();
 }
 
 Monitor::Monitor(RunSettings settings, MonitorOptions options)
@@ -188,10 +150,13 @@ Monitor::Monitor(RunSettings settings, MonitorOptions options)
       shards_(settings_.num_shards),
       ever_connected_(settings_.num_workers, false),
       states_(settings_.num_workers, WorkerState::kJoining),
+      stragglers_(settings_.num_workers, options.stragglers),
       straggled_at_(settings_.num_workers, -1e9),
       lags_(settings_.num_workers, 0),
       nonfinite_(settings_.num_workers, 0),
-      nonfinite_evented_(settings_.num_workers, 0) {}
+      nonfinite_evented_(settings_.num_workers, 0),
+      checkpoints_enabled_(settings_.checkpoint_every > 0 ||
+                           settings_.resume_round >= 0) {}
 
 double Monitor::Seconds(TimePoint now) const {
   return std::chrono::duration<double>(now - start_).count();
@@ -256,9 +221,11 @@ void Monitor::OnShardRound(const ShardRound& written) {
     round.error =
         "shard " + std::to_string(written.shard_id) + ": " + written.error;
     round.finished_unix_ms = UnixMs();
+    // The coordinator logs the failure.
     AddEventLocked(t, "error",
                    "checkpoint round " + std::to_string(written.round) +
-                       " failed on " + round.error);
+                       " failed on " + round.error,
+                   Log::kLoggedElsewhere);
     return;
   }
   ++round.shards_written;
@@ -273,20 +240,36 @@ void Monitor::OnRoundComplete(int64_t round, uint64_t bytes) {
   view.bytes = bytes;
   view.finished_unix_ms = UnixMs();
   ++rounds_complete_;
+  // The server logs the round when it records it.
   AddEventLocked(Seconds(Now()), "info",
                  "checkpoint round " + std::to_string(round) + " complete (" +
-                     std::to_string(bytes) + " bytes)");
+                     std::to_string(bytes) + " bytes)",
+                 Log::kLoggedElsewhere);
+  // Every shard now deletes all but the newest keep_checkpoints complete
+  // rounds (CheckpointStore::Prune).
+  int kept = 0;
+  for (auto it = rounds_.rbegin(); it != rounds_.rend(); ++it) {
+    if (it->second.status != "complete") continue;
+    if (++kept > settings_.keep_checkpoints) it->second.status = "pruned";
+  }
+}
+
+void Monitor::SetCheckpointsEnabled(bool enabled) {
+  std::lock_guard lock(mu_);
+  checkpoints_enabled_ = enabled;
 }
 
 void Monitor::OnRunStopped(const std::string& event) {
   std::lock_guard lock(mu_);
   stopped_ = true;
-  AddEventLocked(Seconds(Now()), "warning", event);
+  // The coordinator logs the stop when it tells the workers.
+  AddEventLocked(Seconds(Now()), "warning", event, Log::kLoggedElsewhere);
 }
 
 void Monitor::OnResumed(int64_t round) {
   std::lock_guard lock(mu_);
   settings_.resume_round = round;
+  config_changed_ = true;
   AddEventLocked(Seconds(Now()), "info",
                  "resumed from checkpoint round " + std::to_string(round) +
                      ": every shard loaded it");
@@ -298,14 +281,12 @@ void Monitor::SetDashboardClients(size_t clients, uint64_t dropped) {
   dashboard_dropped_ = dropped;
 }
 
-void Monitor::AddEventLocked(double t, std::string level, std::string text) {
-  if (level == "error") {
-    TETHER_LOG(kError) << text;
-  } else if (level == "warning") {
-    TETHER_LOG(kWarning) << text;
-  } else {
-    TETHER_LOG(kInfo) << text;
-  }
+void Monitor::AddEventLocked(double t, std::string level, std::string text,
+                             Log log) {
+  const LogLevel as = level == "error"     ? LogLevel::kError
+                      : level == "warning" ? LogLevel::kWarning
+                                           : LogLevel::kInfo;
+  if (log == Log::kAlso && LogEnabled(as)) LogLine(as, text);
   events_.push_back({next_seq_++, t, std::move(level), std::move(text)});
   while (events_.size() > options_.max_events) events_.pop_front();
 }
@@ -344,30 +325,42 @@ void Monitor::UpdateWorkersLocked(double t) {
     }
   }
   nonfinite_ = std::move(nonfinite);
-  int64_t fastest = 0;
-  for (const auto& w : workers) {
-    if (w.connected) fastest = std::max(fastest, w.clock);
+  const bool all_joined =
+      std::all_of(ever_connected_.begin(), ever_connected_.end(),
+                  [](bool joined) { return joined; });
+  std::vector<StragglerWatch::Worker> sample(workers.size());
+  int64_t fastest = 0;  // of the running workers
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const bool running = states[i] == WorkerState::kRunning;
+    sample[i] = {workers[i].clock, workers[i].staleness, running};
+    if (running) fastest = std::max(fastest, workers[i].clock);
   }
+  const std::vector<StragglerWatch::Verdict> verdicts =
+      stragglers_.Sample(t, sample, all_joined);
   for (size_t i = 0; i < workers.size() && i < states_.size(); ++i) {
     const ShardStats::Worker& w = workers[i];
     lags_[i] = w.connected ? std::max<int64_t>(0, fastest - w.clock) : 0;
     const WorkerState was = states_[i];
     WorkerState now = states[i];
-    if (now == WorkerState::kStraggling) straggled_at_[i] = t;
-    if (now == WorkerState::kRunning && was == WorkerState::kStraggling &&
-        t - straggled_at_[i] < options_.straggler_hold_s) {
+    // Under BSP a straggler is level with the others for a moment every
+    // clock, and running then; one warning per spell, not per return.
+    bool new_spell = false;
+    if (now == WorkerState::kRunning && verdicts[i].straggling) {
       now = WorkerState::kStraggling;
+      new_spell = t - straggled_at_[i] > options_.stragglers.window_s;
+      straggled_at_[i] = t;
     }
     states_[i] = now;
     if (was == now) continue;
     const std::string name = WorkerName(w);
     // First seen (or seen again) already straggling, finished or gone
-    // between two samples: it still joined (rejoined) first.
+    // between two samples: it still joined (rejoined) first. The
+    // coordinator logs every join as it happens.
     if (now != WorkerState::kRunning && now != WorkerState::kJoining) {
       if (was == WorkerState::kJoining) {
-        AddEventLocked(t, "info", name + " joined");
+        AddEventLocked(t, "info", name + " joined", Log::kLoggedElsewhere);
       } else if (was == WorkerState::kDead && now != WorkerState::kDead) {
-        AddEventLocked(t, "info", name + " rejoined");
+        AddEventLocked(t, "info", name + " rejoined", Log::kLoggedElsewhere);
       }
     }
     switch (now) {
@@ -377,22 +370,26 @@ void Monitor::UpdateWorkersLocked(double t) {
                        name + " is dead: " +
                            (w.connected ? "evicted, silent for longer than "
                                           "--worker-timeout-ms"
-                                        : "its connection is gone") +
+                                        : "its connection closed before it "
+                                          "reported finishing") +
                            " (clock " + std::to_string(w.clock) + ")");
         break;
       case WorkerState::kStraggling:
-        AddEventLocked(t, "warning",
-                       name + " is straggling (" + std::to_string(lags_[i]) +
-                           " clocks behind)");
+        if (new_spell) {
+          AddEventLocked(
+              t, "warning",
+              name + " is straggling: " +
+                  StragglingText(verdicts[i], options_.stragglers.window_s));
+        }
         break;
       case WorkerState::kFinished:
         AddEventLocked(t, "info", name + " finished");
         break;
       case WorkerState::kRunning:
         if (was == WorkerState::kDead) {
-          AddEventLocked(t, "info", name + " rejoined");
+          AddEventLocked(t, "info", name + " rejoined", Log::kLoggedElsewhere);
         } else if (was == WorkerState::kJoining) {
-          AddEventLocked(t, "info", name + " joined");
+          AddEventLocked(t, "info", name + " joined", Log::kLoggedElsewhere);
         }
         break;
       case WorkerState::kJoining:
@@ -461,7 +458,11 @@ std::string Monitor::Tick(TimePoint now) {
                     ShardsLocked(now) + R"(,"checkpoints":)" +
                     CheckpointsLocked() + R"(,"history":)" +
                     PointsLocked(sent_point_seq_) + R"(,"events":)" +
-                    EventsLocked(sent_event_seq_) + "}";
+                    EventsLocked(sent_event_seq_);
+  // The config changes only when a process says how it was started.
+  if (config_changed_) out += R"(,"config":)" + ConfigLocked();
+  config_changed_ = false;
+  out += "}";
   sent_point_seq_ = sent_event_seq_ = next_seq_ - 1;
   return out;
 }
@@ -630,7 +631,8 @@ std::string Monitor::CheckpointsLocked() const {
   }
   json::object o;
   o["every"] = settings_.checkpoint_every;
-  o["enabled"] = settings_.checkpoint_every > 0 || settings_.resume_round >= 0;
+  o["keep"] = settings_.keep_checkpoints;
+  o["enabled"] = checkpoints_enabled_;
   o["resumed_from"] = settings_.resume_round >= 0
                           ? json::value(settings_.resume_round)
                           : nullptr;
@@ -656,6 +658,7 @@ std::string Monitor::ConfigLocked() const {
   o["reject_staleness"] = s.reject_staleness;
   o["block_size"] = s.block_size;
   o["checkpoint_every"] = s.checkpoint_every;
+  o["checkpoints_enabled"] = checkpoints_enabled_;
   o["resume_round"] = s.resume_round;
   o["optimizer"] = OptimizerName(s.optimizer.kind);
   o["lr"] = Decimal(s.optimizer.lr);
@@ -668,8 +671,58 @@ std::string Monitor::ConfigLocked() const {
   o["backup_workers"] = s.backup_workers;
   o["staleness_lr"] = s.staleness_lr;
   o["seeds"] = std::move(seeds);
-  o["command"] = ReproduceCommand(s);
+  const std::vector<ProcessCommand> commands = CommandsLocked();
+  json::array listed;
+  for (const ProcessCommand& p : commands) {
+    json::object entry;
+    entry["process"] = p.process;
+    entry["command"] =
+        p.command.empty() ? json::value(nullptr) : json::value(p.command);
+    listed.push_back(std::move(entry));
+  }
+  o["commands"] = std::move(listed);
+  o["command"] = RunScript(commands);
   return JsonText(o);
+}
+
+void Monitor::OnShardCommand(int shard_id, std::string command) {
+  std::lock_guard lock(mu_);
+  if (shard_id < 0 || shard_id >= settings_.num_shards) return;
+  if (command.size() > kMaxCommandBytes) {
+    command = "# a command line of " + std::to_string(command.size()) +
+              " bytes, longer than the dashboard keeps";
+  }
+  shard_commands_.resize(settings_.num_shards);
+  config_changed_ |= shard_commands_[shard_id] != command;
+  shard_commands_[shard_id] = std::move(command);
+}
+
+void Monitor::OnWorkerCommand(int rank, std::string command) {
+  std::lock_guard lock(mu_);
+  if (rank < 0 || rank >= settings_.num_workers) return;
+  if (command.size() > kMaxCommandBytes) {
+    command = "# a command line of " + std::to_string(command.size()) +
+              " bytes, longer than the dashboard keeps";
+  }
+  worker_commands_.resize(settings_.num_workers);
+  config_changed_ |= worker_commands_[rank] != command;
+  worker_commands_[rank] = std::move(command);
+}
+
+std::vector<ProcessCommand> Monitor::CommandsLocked() const {
+  std::vector<ProcessCommand> out;
+  auto known = [](const std::vector<std::string>& v, int i) {
+    return i < static_cast<int>(v.size()) ? v[i] : std::string();
+  };
+  for (int i = 0; i < settings_.num_shards; ++i) {
+    std::string command = known(shard_commands_, i);
+    if (i == 0 && command.empty()) command = ReproduceCommand(settings_);
+    out.push_back({"shard " + std::to_string(i), std::move(command)});
+  }
+  for (int r = 0; r < settings_.num_workers; ++r) {
+    out.push_back({"worker " + std::to_string(r), known(worker_commands_, r)});
+  }
+  return out;
 }
 
 std::string Monitor::PointsLocked(uint64_t after_seq) const {
@@ -729,7 +782,8 @@ std::string Monitor::Metrics(TimePoint now) {
   for (const auto& w : workers)
     m.Sample("tether_worker_clock", rank(w.rank), w.clock);
   m.Family("tether_worker_lag", "gauge",
-           "Clocks each worker is behind the fastest live worker.");
+           "Clocks each worker is behind the fastest running worker "
+           "(web/API.md).");
   for (size_t i = 0; i < workers.size() && i < lags_.size(); ++i) {
     m.Sample("tether_worker_lag", rank(workers[i].rank), lags_[i]);
   }
@@ -764,7 +818,8 @@ std::string Monitor::Metrics(TimePoint now) {
              static_cast<double>(nonfinite_[i]));
   }
   m.Family("tether_worker_evictions_total", "counter",
-           "Workers declared dead (their connection is gone).");
+           "Workers declared dead: their connection closed before they "
+           "reported finishing, or they were evicted for silence.");
   m.Sample("tether_worker_evictions_total", "",
            static_cast<double>(evictions_));
 
@@ -778,7 +833,8 @@ std::string Monitor::Metrics(TimePoint now) {
     staleness_sum += s.stats.staleness_sum;
   }
   m.Family("tether_push_staleness", "histogram",
-           "Clocks between a push's read and the fastest worker's clock.");
+           "Each push's staleness: the fastest worker's clock on the shard "
+           "minus the clock its pusher pulled at (web/API.md).");
   uint64_t cumulative = 0;
   for (size_t i = 0; i + 1 < buckets.size(); ++i) {
     cumulative += buckets[i];

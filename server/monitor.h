@@ -20,24 +20,20 @@
 
 #include "schema/stats.h"
 #include "server/coordinator.h"
+#include "server/reproduce.h"
 #include "server/run_settings.h"
+#include "server/straggler.h"
 
 namespace tether {
 
 enum class WorkerState { kJoining, kRunning, kStraggling, kFinished, kDead };
 const char* WorkerStateName(WorkerState state);
 
-// The tether-server command line for shard 0 that starts a run with
-// these settings (the other shards take them from it).
-std::string ReproduceCommand(const RunSettings& settings);
-
-// Each worker's state from its latest figures. A worker is dead when it
-// was connected once (`ever_connected[rank]`) and is not now, joining when
-// it never was, finished when its last report said so. Among the others
-// (running ones), it is straggling when the rest wait for it -- the other
-// workers spend at least a quarter of their time pulling and it less than
-// half as much as they do (their median) -- or when its samples/s is
-// below half theirs.
+// Each worker's state from its latest figures alone: finished when its
+// last report said so, dead when it was connected once
+// (`ever_connected[rank]`) and is not now or was evicted, joining when it
+// never was, running otherwise. Never straggling: that takes a window of
+// samples (StragglerWatch), which the Monitor keeps.
 std::vector<WorkerState> ClassifyWorkers(
     const std::vector<ShardStats::Worker>& workers,
     const std::vector<bool>& ever_connected);
@@ -46,9 +42,7 @@ struct MonitorOptions {
   size_t max_points = 2000;     // history kept; thinned when full
   size_t max_events = 500;      // oldest dropped first
   double shard_silent_s = 3.0;  // a shard quiet this long is not reporting
-  // A straggler stays one until it has not looked like one for this long,
-  // so a worker near the line does not flap.
-  double straggler_hold_s = 3.0;
+  StragglerOptions stragglers;  // what "straggling" means (straggler.h)
 };
 
 class Monitor {
@@ -71,6 +65,18 @@ class Monitor {
   void OnResumed(int64_t round);
   // The dashboard's own figures, shown in /metrics and the status.
   void SetDashboardClients(size_t clients, uint64_t dropped);
+  // Whether shard 0 can take checkpoint rounds (it has a --data-dir):
+  // "enabled" in the checkpoints and config documents. Until told, the
+  // settings decide (rounds every K clocks, or a resume, need a data dir).
+  void SetCheckpointsEnabled(bool enabled);
+  // How shard `shard_id` (shard 0: ShardCommand with the run settings) or
+  // worker `rank` was started, as its Hello said: the config's "commands"
+  // (web/API.md). The latest one per process is kept, the next update
+  // carries the config, and an id out of range is ignored. A command over
+  // kMaxCommandBytes is kept as a note saying so.
+  static constexpr size_t kMaxCommandBytes = 64 * 1024;
+  void OnShardCommand(int shard_id, std::string command);
+  void OnWorkerCommand(int rank, std::string command);
 
   // Derives the workers' states, events and a history point (when some
   // worker reported since the last tick) from the latest figures, and
@@ -113,7 +119,7 @@ class Monitor {
     std::string text;
   };
   struct RoundView {
-    std::string status = "writing";
+    std::string status = "writing";  // then complete, failed or pruned
     int64_t finished_unix_ms = 0;
     uint64_t bytes = 0;
     double seconds = 0;  // the slowest shard's write
@@ -122,7 +128,12 @@ class Monitor {
   };
 
   double Seconds(TimePoint now) const;
-  void AddEventLocked(double t, std::string level, std::string text);
+  // Whether an event's text also goes to the log: not when the shard logs
+  // that event itself (a worker joining, a round completing or failing,
+  // the run stopping), so each event is one line there.
+  enum class Log { kAlso, kLoggedElsewhere };
+  void AddEventLocked(double t, std::string level, std::string text,
+                      Log log = Log::kAlso);
   void UpdateWorkersLocked(double t);
   void MaybeAddPointLocked(double t);
   bool Reporting(const ShardView& shard, TimePoint now) const;
@@ -132,6 +143,8 @@ class Monitor {
   std::string ShardsLocked(TimePoint now) const;
   std::string CheckpointsLocked() const;
   std::string ConfigLocked() const;
+  // Every process and its command: shards by id, then workers by rank.
+  std::vector<ProcessCommand> CommandsLocked() const;
   std::string PointsLocked(uint64_t after_seq) const;
   // Events with after_seq < seq <= up_to.
   std::string EventsLocked(uint64_t after_seq,
@@ -147,7 +160,8 @@ class Monitor {
   std::vector<ShardView> shards_;
   std::vector<bool> ever_connected_;
   std::vector<WorkerState> states_;
-  std::vector<double> straggled_at_;  // when each last looked like one
+  StragglerWatch stragglers_;
+  std::vector<double> straggled_at_;  // when each last was straggling
   std::vector<int64_t> lags_;
   std::vector<uint64_t> nonfinite_;          // by rank, summed over every shard
   std::vector<uint64_t> nonfinite_evented_;  // the total the last event said
@@ -159,10 +173,14 @@ class Monitor {
   uint64_t reports_at_last_point_ = 0;
   float last_test_accuracy_ = -1, last_test_loss_ = -1;
   std::map<int64_t, RoundView> rounds_;
+  bool checkpoints_enabled_;
   uint64_t rounds_complete_ = 0, rounds_failed_ = 0;
   uint64_t evictions_ = 0;
   size_t dashboard_clients_ = 0;
   uint64_t dashboard_dropped_ = 0;
+  // By shard id and by rank; "" not known.
+  std::vector<std::string> shard_commands_, worker_commands_;
+  bool config_changed_ = false;  // since the last Tick
 };
 
 }  // namespace tether

@@ -283,6 +283,10 @@ Result<ServerOptions> ParseServerOptions(int argc, const char* const* argv,
   if (!kind.ok()) return kind.status();
   o.optimizer.kind = *kind;
   TETHER_RETURN_IF_ERROR(Check(o, p));
+  for (const char* name : kRunWide) {
+    if (p.WasSet(name)) o.given.insert(name);
+  }
+  if (p.WasSet("shards")) o.given.insert("shards");
   o.http_enabled = o.dashboard.http.listen != "off";
   o.dashboard.insecure = o.insecure;
   return o;

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "schema/flags.h"
 #include "schema/status.h"
@@ -18,7 +20,7 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:7070";  // --listen: port 0 picks a free one
   std::string advertise;                  // --advertise: address workers dial
   std::string coordinator;                // --coordinator: shard 0 (shards > 0)
-  std::string data_dir;                   // --data-dir: checkpoints (later)
+  std::string data_dir;                   // --data-dir: checkpoints
   int workers = 1;                        // --workers: workers to wait for
   int max_staleness = -1;                 // --max-staleness: cap, -1 none
   int reject_staleness = -1;              // --reject-staleness: -1 never
@@ -51,6 +53,13 @@ struct ServerOptions {
   // is --insecure too.
   bool http_enabled = true;
   DashboardOptions dashboard;
+  // Not a flag: the command line it was started with (argv[0] first), set
+  // by main(), for the dashboard's list of the run's processes; empty when
+  // not started from one (tests).
+  std::vector<std::string> argv;
+  // The run-wide flags given on the command line (names without "--",
+  // "shards" included): a resumed run takes the others from its round.
+  std::set<std::string> given;
 };
 
 // The usage text (every flag, its meaning and default).

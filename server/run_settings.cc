@@ -5,6 +5,8 @@
 #include <random>
 #include <sstream>
 
+#include "schema/flags.h"
+
 namespace tether {
 
 RunSettings SettingsFromOptions(const ServerOptions& options) {
@@ -131,6 +133,88 @@ std::string SettingsMismatch(const RunSettings& a, const RunSettings& b) {
                    OptimizerName(b.optimizer.kind));
   }
   return "";
+}
+
+namespace {
+
+std::string SettingText(uint64_t v) { return std::to_string(v); }
+std::string SettingText(int64_t v) { return std::to_string(v); }
+std::string SettingText(int v) { return std::to_string(v); }
+std::string SettingText(uint32_t v) { return std::to_string(v); }
+std::string SettingText(float v) { return NumberText(v); }
+std::string SettingText(bool v) { return v ? "on" : "off"; }
+std::string SettingText(OptimizerKind v) { return OptimizerName(v); }
+
+// Merges one setting into a resumed run's: the round's value unless the
+// flag was given; a given identity flag that differs is an error.
+class ResumeMerge {
+ public:
+  ResumeMerge(const std::set<std::string>& given,
+              std::vector<std::string>* overridden)
+      : given_(given), overridden_(overridden) {}
+
+  template <typename T>
+  void operator()(const char* flag, bool identity, T now, T* value) {
+    if (!error_.empty() || given_.count(flag) == 0 || now == *value) return;
+    const std::string differs = std::string("--") + flag + " " +
+                                SettingText(*value) + " in the round, " +
+                                SettingText(now) + " now";
+    if (identity) {
+      error_ = differs + ": a resumed run keeps it; leave --" + flag +
+               " out to take the round's";
+      return;
+    }
+    if (overridden_ != nullptr) {
+      overridden_->push_back(std::string("--") + flag + " " + SettingText(now) +
+                             " now (" + SettingText(*value) + " in the round)");
+    }
+    *value = now;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  const std::set<std::string>& given_;
+  std::vector<std::string>* overridden_;
+  std::string error_;
+};
+
+}  // namespace
+
+Result<RunSettings> ResumedSettings(const RunSettings& round,
+                                    const RunSettings& flags,
+                                    const std::set<std::string>& given,
+                                    std::vector<std::string>* overridden) {
+  RunSettings s = round;
+  s.shard_restart = false;
+  ResumeMerge merge(given, overridden);
+  merge("shards", true, flags.num_shards, &s.num_shards);
+  merge("workers", true, flags.num_workers, &s.num_workers);
+  merge("seed", true, flags.seed, &s.seed);
+  merge("block-size", true, flags.block_size, &s.block_size);
+  merge("optimizer", true, flags.optimizer.kind, &s.optimizer.kind);
+  merge("lr", false, flags.optimizer.lr, &s.optimizer.lr);
+  merge("momentum", false, flags.optimizer.momentum, &s.optimizer.momentum);
+  merge("beta1", false, flags.optimizer.beta1, &s.optimizer.beta1);
+  merge("beta2", false, flags.optimizer.beta2, &s.optimizer.beta2);
+  merge("epsilon", false, flags.optimizer.epsilon, &s.optimizer.epsilon);
+  merge("max-staleness", false, flags.max_staleness, &s.max_staleness);
+  merge("reject-staleness", false, flags.reject_staleness, &s.reject_staleness);
+  merge("checkpoint-every", false, flags.checkpoint_every, &s.checkpoint_every);
+  merge("keep-checkpoints", false, flags.keep_checkpoints, &s.keep_checkpoints);
+  merge("worker-timeout-ms", false, flags.worker_timeout_ms,
+        &s.worker_timeout_ms);
+  merge("heartbeat-ms", false, flags.heartbeat_ms, &s.heartbeat_ms);
+  merge("backup-workers", false, flags.backup_workers, &s.backup_workers);
+  merge("staleness-lr", false, flags.staleness_lr, &s.staleness_lr);
+  if (!merge.error().empty()) return InvalidArgument(merge.error());
+  if (s.backup_workers >= s.num_workers && s.num_workers > 0) {
+    return InvalidArgument(
+        "--backup-workers: " + std::to_string(s.backup_workers) +
+        " is not below the round's " + std::to_string(s.num_workers) +
+        " workers");
+  }
+  return s;
 }
 
 int EffectiveStaleness(int requested, int max_staleness) {

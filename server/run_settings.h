@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,19 @@ OutFrame MakeWelcomeFrame(const RunSettings& settings, int shard_id, int rank,
 // "" when `a` (a round's settings) fits a run started with `b`, else what
 // differs, e.g. "--shards 3 in the round, 2 now".
 std::string SettingsMismatch(const RunSettings& a, const RunSettings& b);
+
+// The settings a resumed run goes on with: the round's (`round`, as its
+// record stored them), except for the run-wide flags named in `given`
+// (without "--"; their values are in `flags`). A given flag that is part of
+// the run's identity (--shards, --workers, --seed, --block-size,
+// --optimizer) and differs from the round is refused naming it, e.g.
+// "--optimizer adam in the round, sgd now"; any other given flag that
+// differs wins and is described in *overridden, e.g. "--lr 0.0005 now
+// (0.001 in the round)".
+Result<RunSettings> ResumedSettings(const RunSettings& round,
+                                    const RunSettings& flags,
+                                    const std::set<std::string>& given,
+                                    std::vector<std::string>* overridden);
 
 // The bound a shard enforces for a worker that asked for `requested`
 // (-1: unbounded): the request, capped by max_staleness when that is set.

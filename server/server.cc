@@ -8,6 +8,7 @@
 
 #include "schema/log.h"
 #include "schema/stats_frame.h"
+#include "server/reproduce.h"
 
 namespace tether {
 
@@ -45,8 +46,8 @@ Status Server::Bind() {
         " is not a loopback address: give --auth-key-file (the run's shared "
         "key), or --insecure to let anyone who reaches it join the run");
   }
-  address_ =
-      options_.advertise.empty() ? bound->ToString() : options_.advertise;
+  listening_ = bound->ToString();
+  address_ = options_.advertise.empty() ? listening_ : options_.advertise;
   if (auth_key_) {
     TETHER_LOG(kInfo) << "authentication: every peer proves the key in "
                       << options_.auth_key_file;
@@ -151,6 +152,9 @@ Status Server::StartDashboard() {
   dashboard_ = std::make_unique<Dashboard>(io_, options_.dashboard,
                                            shard_.get(), coordinator_.get());
   Monitor* monitor = &dashboard_->monitor();
+  monitor->SetCheckpointsEnabled(store_ != nullptr);  // set up just before
+  monitor->OnShardCommand(
+      0, ShardCommand(options_.argv, listening_, &shard_->settings()));
   coordinator_->OnShardRound(
       [monitor](const ShardRound& written) { monitor->OnShardRound(written); });
   return dashboard_->Start();
@@ -249,6 +253,7 @@ Status Server::RegisterWithCoordinator() {
   hello.shard_id = options_.shard_id;
   hello.address = address_;
   hello.name = "shard " + std::to_string(options_.shard_id);
+  hello.command = ShardCommand(options_.argv, listening_);
   coordinator_link_->Send(auth->First(std::move(hello)));
   auto future = answer->get_future();
   if (future.wait_for(std::chrono::milliseconds(std::max(
@@ -328,15 +333,30 @@ Result<ShardSnapshot> Server::PickResumeRound(RunSettings* settings,
                     " is not a complete round in " + options_.data_dir +
                     " (complete: " + listed + ")");
   }
-  std::string mismatch = SettingsMismatch(candidates[0]->settings, *settings);
-  if (!mismatch.empty()) {
-    return InvalidArgument("--resume: round " +
-                           std::to_string(candidates[0]->round) +
-                           " does not fit this run: " + mismatch);
+  // The run goes on with the round's settings; flags given now either
+  // agree, override a tunable one (said in the log), or are refused.
+  std::vector<std::string> overridden;
+  auto fits = ResumedSettings(candidates[0]->settings, *settings,
+                              options_.given, &overridden);
+  if (!fits.ok()) {
+    return InvalidArgument(
+        "--resume: round " + std::to_string(candidates[0]->round) +
+        " does not fit this run: " + fits.status().message());
+  }
+  for (const std::string& o : overridden) {
+    TETHER_LOG(kInfo) << "--resume: " << o;
   }
   Status last;
   for (const RoundRecord* record : candidates) {
-    RunSettings run = *settings;
+    auto resumed =
+        ResumedSettings(record->settings, *settings, options_.given, nullptr);
+    if (!resumed.ok()) {
+      last = resumed.status().WithContext("round " +
+                                          std::to_string(record->round));
+      if (!latest) break;
+      continue;
+    }
+    RunSettings run = *resumed;
     run.run_id = record->settings.run_id;
     run.resume_round = record->round;
     auto snapshot = ReadRound(record->round, run);

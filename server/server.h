@@ -95,6 +95,7 @@ class Server {
   asio::signal_set signals_;
   std::vector<std::thread> threads_;
   std::string address_;
+  std::string listening_;  // where it is bound: --listen, its port picked
   std::shared_ptr<const AuthKey> auth_key_;  // null without --auth-key-file
   ConnectionOptions connection_options_;     // the coordinator link
   ConnectionOptions session_options_;        // accepted: with the timeouts

@@ -4,6 +4,14 @@
 #include "schema/stats_frame.h"
 
 namespace tether {
+namespace {
+
+// What the peer says it was started with; "" when it does not say.
+std::string Command(const wire::Hello& hello) {
+  return hello.command() ? hello.command()->str() : "";
+}
+
+}  // namespace
 
 Session::Session(tcp::socket socket, const ConnectionOptions& options,
                  std::shared_ptr<const AuthKey> key, Shard* shard,
@@ -145,6 +153,10 @@ void Session::OnHello(const wire::Hello& hello) {
       peer_.rank = hello.shard_id();
       hello_done_ = true;
       std::string address = hello.address() ? hello.address()->str() : "";
+      // Shard 0's own command is its own to say.
+      if (monitor_ != nullptr && hello.shard_id() > 0) {
+        monitor_->OnShardCommand(hello.shard_id(), Command(hello));
+      }
       return coordinator_->RegisterShard(hello.shard_id(), address, conn_);
     }
     case wire::Role::Worker: {
@@ -156,6 +168,9 @@ void Session::OnHello(const wire::Hello& hello) {
                                                hello.clock() >= 0);
         if (!joined.ok()) return Refuse(joined.status());
         rank = *joined;
+        if (monitor_ != nullptr) {
+          monitor_->OnWorkerCommand(rank, Command(hello));
+        }
       } else if (rank < 0 || rank >= settings.num_workers) {
         return Refuse(InvalidArgument(
             "worker rank " + std::to_string(rank) + " is not in 0.." +

@@ -166,8 +166,11 @@ void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
     case wire::Body::Heartbeat: {
       flatbuffers::FlatBufferBuilder fbb(64);
       auto* hb = message.body_as_Heartbeat();
-      return conn->Send(FinishFrame(
-          fbb, wire::CreateHeartbeat(fbb, hb->request_id(), hb->unix_ms())));
+      return conn->Send(
+          FinishFrame(fbb, wire::CreateHeartbeat(
+                               fbb, hb->request_id(), hb->unix_ms(),
+                               connected_count_.load(std::memory_order_relaxed),
+                               settings_.num_workers)));
     }
     case wire::Body::WorkerReport:
       return OnReport(peer, *message.body_as_WorkerReport(), *conn);
@@ -553,6 +556,7 @@ void Shard::SetWorkerConnected(int rank, bool connected, int staleness,
     TETHER_LOG(kWarning) << "worker " << rank
                          << " is back after its eviction: it reconnected";
   }
+  if (connected_[rank] != connected) connected_count_ += connected ? 1 : -1;
   connected_[rank] = connected;
   staleness_bound_[rank] = staleness;
   // An evicted worker whose old connection ends stays "evicted" until it is

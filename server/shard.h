@@ -163,6 +163,9 @@ class Shard {
   // worker takes the lock only when some worker is evicted.
   std::unique_ptr<std::atomic<int64_t>[]> heard_ms_;
   std::atomic<int> evicted_count_{0};
+  // How many of connected_ are true; read without mu_ by every heartbeat's
+  // answer (a worker waiting to join says how many have).
+  std::atomic<int> connected_count_{0};
   uint64_t evictions_ = 0;
   uint64_t late_pushes_ = 0;
   std::function<void(ShardStats&)> stats_extra_;  // set before serving

@@ -83,7 +83,7 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
                                       o.optimizer,
                                       "--lr",
                                       NumberText(o.lr)};
-      argv.insert(argv.end(), run.begin(), run.end());
+      if (o.run_flags) argv.insert(argv.end(), run.begin(), run.end());
       argv.insert(argv.end(), o.extra_flags.begin(), o.extra_flags.end());
     } else {
       argv.push_back("--coordinator");

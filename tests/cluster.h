@@ -33,6 +33,9 @@ struct ClusterOptions {
   std::string optimizer = "sgd";
   float lr = 0.1f;
   std::vector<std::string> extra_flags;  // given to shard 0
+  // false: shard 0 gets none of the run-wide flags above, only extra_flags
+  // (a resume that takes the run's settings from its round).
+  bool run_flags = true;
   std::vector<std::string> shard_flags;  // given to every shard
 };
 

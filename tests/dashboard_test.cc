@@ -5,11 +5,13 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "schema/flags.h"
@@ -248,6 +250,105 @@ TEST_F(Dashboard, EveryEndpointAnswersDuringARealRun) {
   }
 }
 
+// "Copy command + seeds" copies every process of the run: each shard with
+// its own flags (shard 0's --listen the port it picked, which the others'
+// --coordinator name), each worker with its own (one slowed down), and the
+// key file's path, never the key.
+TEST_F(Dashboard, ConfigListsTheCommandOfEveryShardAndWorker) {
+  const std::string key = "never-shown-on-the-dashboard-0123456789";
+  const std::string key_file = dir_.path() + "/run.key";
+  std::ofstream(key_file) << key << "\n";
+  chmod(key_file.c_str(), 0600);
+  ClusterOptions o;
+  o.shards = 2;
+  o.workers = 2;
+  o.seed = 77;
+  o.extra_flags = {"--dashboard-interval-ms", "100"};
+  o.shard_flags = {"--auth-key-file", key_file};
+  auto c = Cluster::Start(o, dir_.path());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  cluster_ = std::move(*c);
+  const std::string coordinator = cluster_->coordinator();
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<std::string> argv = {TETHER_WORKER_BIN, "--rank",
+                                     std::to_string(rank)};
+    argv.insert(argv.end(), {"--coordinator", coordinator, "--auth-key-file",
+                             key_file, "--model", "softmax", "--batch", "32",
+                             "--epochs", "1", "--eval-every", "0", "--quiet"});
+    if (rank == 1) argv.insert(argv.end(), {"--slowdown", "3"});
+    auto p = Process::Start(
+        argv, dir_.path() + "/worker" + std::to_string(rank) + ".log");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    workers_.push_back(std::move(*p));
+  }
+
+  json::value config;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        config = GetJson("/api/config");
+        for (const json::value& p : config.at("commands").as_array()) {
+          if (p.at("command").is_null()) return false;
+        }
+        return true;
+      },
+      20000))
+      << config;
+  const json::array& commands = config.at("commands").as_array();
+  ASSERT_EQ(commands.size(), 4u) << config;
+  auto command = [&](size_t i, const char* process) {
+    EXPECT_EQ(commands[i].at("process"), process);
+    return std::string(commands[i].at("command").as_string());
+  };
+  auto has = [](const std::string& text, const std::string& part) {
+    return text.find(" " + part + " ") != std::string::npos ||
+           text.ends_with(" " + part);
+  };
+  const std::string key_flag = "--auth-key-file " + ShellQuote(key_file);
+
+  const std::string shard0 = command(0, "shard 0");
+  EXPECT_EQ(shard0.rfind(ShellQuote(TETHER_SERVER_BIN) + " ", 0), 0u) << shard0;
+  for (const std::string& part :
+       {std::string("--shard-id 0"), std::string("--shards 2"),
+        std::string("--workers 2"), std::string("--seed 77"),
+        "--listen " + coordinator, key_flag,
+        "--data-dir " + ShellQuote(dir_.path() + "/shard0")}) {
+    EXPECT_TRUE(has(shard0, part)) << part << " not in: " << shard0;
+  }
+  const std::string shard1 = command(1, "shard 1");
+  for (const std::string& part :
+       {std::string("--shard-id 1"), "--coordinator " + coordinator, key_flag,
+        "--data-dir " + ShellQuote(dir_.path() + "/shard1")}) {
+    EXPECT_TRUE(has(shard1, part)) << part << " not in: " << shard1;
+  }
+  const std::string worker0 = command(2, "worker 0");
+  const std::string worker1 = command(3, "worker 1");
+  EXPECT_EQ(worker0.rfind(ShellQuote(TETHER_WORKER_BIN) + " ", 0), 0u)
+      << worker0;
+  for (const std::string& w : {worker0, worker1}) {
+    for (const std::string& part :
+         {"--coordinator " + coordinator, key_flag,
+          std::string("--model softmax"), std::string("--batch 32"),
+          std::string("--epochs 1")}) {
+      EXPECT_TRUE(has(w, part)) << part << " not in: " << w;
+    }
+  }
+  EXPECT_TRUE(has(worker0, "--rank 0")) << worker0;
+  EXPECT_TRUE(has(worker1, "--rank 1")) << worker1;
+  EXPECT_FALSE(has(worker0, "--slowdown 3")) << worker0;
+  EXPECT_TRUE(has(worker1, "--slowdown 3")) << worker1;
+
+  // The text the button copies: one line per process, started together,
+  // then `wait`; a script bash accepts.
+  const std::string script(config.at("command").as_string());
+  EXPECT_EQ(script, shard0 + " &\n" + shard1 + " &\n" + worker0 + " &\n" +
+                        worker1 + " &\nwait");
+  std::string output;
+  auto parsed = RunToExit({"/bin/bash", "-n", "-c", script}, &output, 10000);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, 0) << output;
+  EXPECT_EQ(json::serialize(config).find(key), std::string::npos);
+}
+
 TEST_F(Dashboard, WebSocketSendsSnapshotThenOnlyNewPoints) {
   ASSERT_NO_FATAL_FAILURE(
       StartCluster(1, 1, {"--dashboard-interval-ms", "50", "--seed", "5"}));
@@ -274,14 +375,21 @@ TEST_F(Dashboard, WebSocketSendsSnapshotThenOnlyNewPoints) {
   for (const json::value& p : snapshot.at("history").as_array()) {
     times.push_back(p.at("t").as_double());
   }
-  int updates = 0;
+  int updates = 0, config_updates = 0;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (times.size() < 5 && std::chrono::steady_clock::now() < deadline) {
     auto message = (*ws)->Read(5000);
     ASSERT_TRUE(message.ok()) << message.status().ToString();
     json::value update = json::parse(*message);
     ASSERT_EQ(update.at("type"), "update");
-    EXPECT_FALSE(update.as_object().contains("config"));
+    // The config comes again only when it changed: the worker joined and
+    // said how it was started.
+    if (update.as_object().contains("config")) {
+      ++config_updates;
+      EXPECT_FALSE(
+          update.at("config").at("commands").at(1).at("command").is_null())
+          << update.at("config");
+    }
     ++updates;
     for (const json::value& p : update.at("history").as_array()) {
       const double t = p.at("t").as_double();
@@ -293,6 +401,7 @@ TEST_F(Dashboard, WebSocketSendsSnapshotThenOnlyNewPoints) {
     }
   }
   EXPECT_GE(times.size(), 5u) << "after " << updates << " updates";
+  EXPECT_LE(config_updates, 1);
   // Updates come every interval, many per second.
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < 10; ++i) ASSERT_TRUE((*ws)->Read(2000).ok());
@@ -597,6 +706,195 @@ TEST_F(Dashboard, StopEndsTheRunAndEveryWorkerExitsCleanly) {
   EXPECT_NE(*late, 0);
   EXPECT_NE(output.find("the run was stopped"), std::string::npos) << output;
   EXPECT_EQ(Fetch("POST", "/api/stop", "", auth).status, 409);
+}
+
+// ---------------------------------------------------------------------------
+// What the dashboard says about workers (web/API.md), against real runs
+
+// Starts tether-worker `rank` with `flags` (its log: DIR/workerR.log); null,
+// failing the test, when it cannot be started.
+std::unique_ptr<Process> StartWorker(const std::string& coordinator, int rank,
+                                     const std::string& dir,
+                                     const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {TETHER_WORKER_BIN,    "--coordinator",
+                                   coordinator,          "--rank",
+                                   std::to_string(rank), "--quiet"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto p =
+      Process::Start(argv, dir + "/worker" + std::to_string(rank) + ".log");
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return p.ok() ? std::move(*p) : nullptr;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+constexpr int kSlowedRank = 2;
+
+// Three workers training under bound `staleness`, rank kSlowedRank 8 times
+// slower than the others (sleeping 7 times its compute time each step).
+std::vector<std::unique_ptr<Process>> StartOneSlowedOfThree(
+    const std::string& coordinator, const std::string& dir, int staleness) {
+  const std::vector<std::string> flags = {
+      "--model",      "softmax", "--epochs",       "100",
+      "--batch",      "256",     "--staleness",    std::to_string(staleness),
+      "--eval-every", "0",       "--report-every", "5"};
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::vector<std::string> own = flags;
+    if (rank == kSlowedRank) own.insert(own.end(), {"--slowdown", "8"});
+    workers.push_back(StartWorker(coordinator, rank, dir, own));
+  }
+  return workers;
+}
+
+TEST_F(Dashboard, OnlyTheSlowedWorkerIsStraggling) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartCluster(1, 3, {"--dashboard-interval-ms", "100"}));
+  workers_ = StartOneSlowedOfThree(cluster_->coordinator(), dir_.path(), 2);
+  ASSERT_TRUE(Eventually(
+      [&] { return GetJson("/api/status").at("state") == "running"; }, 30000))
+      << GetJson("/api/status");
+
+  // Every 100 ms for 10 s, from the moment everyone joined: straggling
+  // needs 3 s of evidence, after which the slowed worker shows it.
+  int slowed_straggling = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < end) {
+    const json::value workers = GetJson("/api/workers");
+    for (const json::value& w : workers.as_array()) {
+      if (w.at("state") != "straggling") continue;
+      EXPECT_GE(Int(w, "lag"), 1) << "straggling 0 clocks behind: " << w;
+      if (Int(w, "rank") == kSlowedRank) {
+        ++slowed_straggling;
+      } else {
+        ADD_FAILURE() << "an unslowed worker straggles: " << workers;
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_GT(slowed_straggling, 10) << "the slowed worker was seen straggling "
+                                   << slowed_straggling << " times";
+
+  // The events agree: only the slowed worker, never 0 clocks behind.
+  int warned = 0;
+  const json::value events = GetJson("/api/events");
+  for (const json::value& e : events.at("events").as_array()) {
+    const std::string text(e.at("text").as_string());
+    if (text.find("straggling") == std::string::npos) continue;
+    ++warned;
+    EXPECT_TRUE(text.starts_with("worker " + std::to_string(kSlowedRank)))
+        << text;
+    EXPECT_EQ(text.find(" 0 clocks"), std::string::npos) << text;
+    EXPECT_EQ(e.at("level"), "warning") << text;
+  }
+  EXPECT_GE(warned, 1) << events;
+  // Shard 0 logs the same warnings, and none for another worker.
+  int logged = 0;
+  for (const std::string& line : Lines(cluster_->shard(0).Log())) {
+    if (line.find("straggling") == std::string::npos) continue;
+    ++logged;
+    EXPECT_TRUE(line.starts_with("W ")) << line;
+    EXPECT_NE(line.find("] worker " + std::to_string(kSlowedRank) + " "),
+              std::string::npos)
+        << line;
+  }
+  EXPECT_GE(logged, warned);
+}
+
+// Under bound s a push may be s + 1 stale and a worker s + 1 behind, never
+// more (web/API.md, "Clocks, staleness and lag"); with one worker much
+// slower than the others, both reach s + 1.
+TEST_F(Dashboard, PushStalenessAndLagNeverExceedTheBoundPlusOne) {
+  constexpr int kBound = 1;
+  ASSERT_NO_FATAL_FAILURE(
+      StartCluster(2, 3, {"--dashboard-interval-ms", "100"}));
+  workers_ =
+      StartOneSlowedOfThree(cluster_->coordinator(), dir_.path(), kBound);
+  ASSERT_TRUE(Eventually(
+      [&] { return GetJson("/api/status").at("state") == "running"; }, 30000))
+      << GetJson("/api/status");
+
+  int64_t max_lag = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < end) {
+    const json::value workers = GetJson("/api/workers");
+    for (const json::value& w : workers.as_array()) {
+      EXPECT_EQ(Int(w, "staleness_bound"), kBound) << w;
+      if (w.at("state") == "running" || w.at("state") == "straggling") {
+        EXPECT_LE(Int(w, "lag"), kBound + 1) << w;
+        max_lag = std::max(max_lag, Int(w, "lag"));
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_EQ(max_lag, kBound + 1);
+
+  const json::value status = GetJson("/api/status");
+  const json::array& histogram = status.at("staleness_histogram").as_array();
+  ASSERT_EQ(histogram.size(), 17u);
+  for (size_t i = kBound + 2; i < histogram.size(); ++i) {
+    EXPECT_EQ(histogram[i], 0) << "pushes " << i << " clocks stale: " << status;
+  }
+  EXPECT_GT(histogram[kBound + 1].to_number<int64_t>(), 0) << status;
+  EXPECT_GT(histogram[0].to_number<int64_t>(), 0) << status;
+}
+
+// Workers that end normally are "finished", at info level, in the events
+// and in shard 0's log: tether-worker after its epochs, tether-client
+// train after its iterations. Neither is "dead".
+TEST_F(Dashboard, WorkersThatEndNormallyAreFinishedNotDead) {
+  ASSERT_NO_FATAL_FAILURE(
+      StartCluster(2, 3, {"--dashboard-interval-ms", "100"}));
+  std::vector<std::unique_ptr<Process>> all;
+  for (int rank = 0; rank < 2; ++rank) {
+    all.push_back(StartWorker(cluster_->coordinator(), rank, dir_.path(),
+                              {"--model", "softmax", "--epochs", "1"}));
+  }
+  auto client = Process::Start(
+      {TETHER_CLIENT_BIN, "train", "--coordinator", cluster_->coordinator(),
+       "--rank", "2", "--shape", "100", "--iterations", "50", "--quiet"},
+      dir_.path() + "/worker2.log");
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  all.push_back(std::move(*client));
+  for (size_t rank = 0; rank < all.size(); ++rank) {
+    auto code = all[rank]->Wait(60000);
+    ASSERT_TRUE(code.ok()) << "worker " << rank << " did not end";
+    ASSERT_EQ(*code, 0) << Tail(all[rank]->Log(), 10);
+  }
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const json::value workers = GetJson("/api/workers");
+        for (const json::value& w : workers.as_array()) {
+          if (w.at("state") != "finished") return false;
+        }
+        return true;
+      },
+      10000))
+      << GetJson("/api/workers");
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string who = "worker " + std::to_string(rank) + " ";
+    bool logged = false;
+    for (const std::string& l : Lines(cluster_->shard(0).Log())) {
+      if (l.find(who) == std::string::npos) continue;
+      EXPECT_EQ(l.find("dead"), std::string::npos) << l;
+      if (l.ends_with(" finished")) {
+        logged = true;
+        EXPECT_TRUE(l.starts_with("I ")) << l;
+      }
+    }
+    EXPECT_TRUE(logged) << who << "finished is not in shard 0's log";
+  }
+  const json::value events = GetJson("/api/events");
+  for (const json::value& e : events.at("events").as_array()) {
+    const std::string text(e.at("text").as_string());
+    EXPECT_EQ(text.find("dead"), std::string::npos) << text;
+    if (text.ends_with(" finished")) EXPECT_EQ(e.at("level"), "info") << text;
+  }
 }
 
 }  // namespace

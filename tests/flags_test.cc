@@ -227,8 +227,19 @@ TEST(NumberText, ReadsBackAsTheSameDouble) {
   EXPECT_EQ(NumberText(1e-7), "1e-07");
   EXPECT_EQ(NumberText(0.001), "0.001");
   EXPECT_EQ(NumberText(3.0), "3");
+  EXPECT_EQ(NumberText(0.0005), "0.0005");  // not to_chars' "5e-04"
+  EXPECT_EQ(NumberText(2e20), "2e+20");
   for (double v : {1e-7, 0.001, 2.5, 1.0 / 3.0, 123456789.125, -4e-300}) {
     EXPECT_EQ(std::strtod(NumberText(v).c_str(), nullptr), v) << v;
+  }
+}
+
+TEST(NumberText, AFloatReadsBackAsTheSameFloatInItsShortestText) {
+  EXPECT_EQ(NumberText(0.001f), "0.001");
+  EXPECT_EQ(NumberText(1e-8f), "1e-08");
+  EXPECT_EQ(NumberText(0.0005f), "0.0005");
+  for (float v : {1e-7f, 0.001f, 0.999f, 1.0f / 3.0f, 3e38f}) {
+    EXPECT_EQ(std::strtof(NumberText(v).c_str(), nullptr), v) << v;
   }
 }
 

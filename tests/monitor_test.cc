@@ -156,47 +156,21 @@ TEST(ClassifyWorkers, DoneWorkerIsFinishedConnectedOrNot) {
   EXPECT_EQ(states[2], WorkerState::kRunning);
 }
 
-TEST(ClassifyWorkers, WorkerTheOthersWaitForIsStraggling) {
-  // BSP: everybody else waits in pull for the one that never waits.
-  auto states =
-      ClassifyWorkers({Running(0, 0.6f, 100), Running(1, 0.62f, 100),
-                       Running(2, 0.05f, 100), Running(3, 0.58f, 100)},
-                      {true, true, true, true});
+TEST(ClassifyWorkers, EvictedWorkerIsDeadThoughConnected) {
+  ShardStats::Worker evicted = Running(1);
+  evicted.live = false;
+  auto states = ClassifyWorkers({Running(0), evicted}, {true, true});
   EXPECT_EQ(states[0], WorkerState::kRunning);
-  EXPECT_EQ(states[1], WorkerState::kRunning);
-  EXPECT_EQ(states[2], WorkerState::kStraggling);
-  EXPECT_EQ(states[3], WorkerState::kRunning);
+  EXPECT_EQ(states[1], WorkerState::kDead);
 }
 
-TEST(ClassifyWorkers, LowWaitIsNotStragglingWhenOthersBarelyWait) {
-  // The others wait under a quarter of their time: nobody is held back.
-  auto states = ClassifyWorkers(
-      {Running(0, 0.2f, 100), Running(1, 0.2f, 100), Running(2, 0.01f, 100)},
-      {true, true, true});
-  for (WorkerState s : states) EXPECT_EQ(s, WorkerState::kRunning);
-}
-
-TEST(ClassifyWorkers, WorkerUnderHalfTheOthersThroughputIsStraggling) {
-  auto states = ClassifyWorkers({Running(0, 0, 100), Running(1, 0, 110),
-                                 Running(2, 0, 40), Running(3, 0, 90)},
-                                {true, true, true, true});
-  EXPECT_EQ(states[0], WorkerState::kRunning);
-  EXPECT_EQ(states[1], WorkerState::kRunning);
-  EXPECT_EQ(states[2], WorkerState::kStraggling);
-  EXPECT_EQ(states[3], WorkerState::kRunning);
-}
-
-TEST(ClassifyWorkers, ExactlyHalfTheOthersThroughputIsNotStraggling) {
-  auto states = ClassifyWorkers(
-      {Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 50)},
-      {true, true, true});
-  EXPECT_EQ(states[2], WorkerState::kRunning);
-}
-
-TEST(ClassifyWorkers, EqualWorkersAreNotStraggling) {
-  auto states = ClassifyWorkers(
-      {Running(0, 0.5f, 100), Running(1, 0.5f, 100), Running(2, 0.5f, 100)},
-      {true, true, true});
+TEST(ClassifyWorkers, OneSampleNeverMakesAStraggler) {
+  // Far behind, never waiting, slow: straggling still takes a window of
+  // samples (StragglerWatch), which one sample is not.
+  ShardStats::Worker a = Running(0, 0.9f, 100), b = Running(1, 0.9f, 100),
+                     slow = Running(2, 0.0f, 1);
+  a.clock = b.clock = 50;
+  auto states = ClassifyWorkers({a, b, slow}, {true, true, true});
   for (WorkerState s : states) EXPECT_EQ(s, WorkerState::kRunning);
 }
 
@@ -209,20 +183,6 @@ TEST(ClassifyWorkers, SingleRunningWorkerIsNeverStraggling) {
   EXPECT_EQ(states[0], WorkerState::kRunning);
   EXPECT_EQ(states[1], WorkerState::kDead);
   EXPECT_EQ(states[2], WorkerState::kFinished);
-}
-
-TEST(ClassifyWorkers, NoReportsYetMeansNoStragglers) {
-  // Connected but not reported: wait_fraction and samples/s are all 0.
-  auto states =
-      ClassifyWorkers({Running(0), Running(1), Running(2)}, {true, true, true});
-  for (WorkerState s : states) EXPECT_EQ(s, WorkerState::kRunning);
-}
-
-TEST(ClassifyWorkers, WorkerWithoutThroughputYetIsNotSlow) {
-  auto states = ClassifyWorkers(
-      {Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 0)},
-      {true, true, true});
-  EXPECT_EQ(states[2], WorkerState::kRunning);
 }
 
 // ---------------------------------------------------------------------------
@@ -286,21 +246,19 @@ TEST(Monitor, DeadWorkerThatReconnectsRejoins) {
       1u);
 }
 
-TEST(Monitor, WorkerFirstSeenStragglingOrFinishedStillJoined) {
+TEST(Monitor, WorkerFirstSeenFinishedStillJoined) {
   Monitor monitor(Settings(1, 3));
   const TimePoint t0 = Monitor::Now();
   monitor.OnShardStats(
       ShardZero({Disconnected(0), Disconnected(1), Disconnected(2)}),
       At(t0, 0));
   monitor.Tick(At(t0, 0));
-  // Between two samples rank 2 joined and fell behind, rank 1 joined and
-  // finished.
+  // Between two samples rank 1 joined and finished.
   ShardStats::Worker done = Running(1, 0, 100);
   done.done = true;
   monitor.OnShardStats(ShardZero({Running(0, 0, 100), done, Running(2, 0, 10)}),
                        At(t0, 1));
   monitor.Tick(At(t0, 1));
-  ASSERT_EQ(StateOf(monitor, 2, At(t0, 1)), "straggling");
   ASSERT_EQ(StateOf(monitor, 1, At(t0, 1)), "finished");
   for (const char* who :
        {"worker 0 joined", "worker 1 joined", "worker 2 joined"}) {
@@ -309,71 +267,273 @@ TEST(Monitor, WorkerFirstSeenStragglingOrFinishedStillJoined) {
   }
 }
 
-TEST(Monitor, StragglerStaysStragglingForHoldThenRuns) {
-  MonitorOptions options;
-  options.straggler_hold_s = 3.0;
-  Monitor monitor(Settings(1, 3), options);
+TEST(Monitor, WorkerThatReportedDoneAndLeftIsFinishedNotDead) {
+  Monitor monitor(Settings(1, 2));
   const TimePoint t0 = Monitor::Now();
-  monitor.OnShardStats(
-      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 10)}),
-      At(t0, 0));
+  ShardStats::Worker w0 = Running(0), w1 = Running(1);
+  w0.clock = w1.clock = 600;
+  monitor.OnShardStats(ShardZero({w0, w1}), At(t0, 0));
   monitor.Tick(At(t0, 0));
-  ASSERT_EQ(StateOf(monitor, 2, At(t0, 0)), "straggling");
-
-  // It catches up: within the hold it is still a straggler...
-  monitor.OnShardStats(
-      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 100)}),
-      At(t0, 1));
+  // Its last report said done, then its connection closed: a normal end.
+  w1.done = true;
+  w1.connected = false;
+  monitor.OnShardStats(ShardZero({w0, w1}), At(t0, 1));
   monitor.Tick(At(t0, 1));
-  EXPECT_EQ(StateOf(monitor, 2, At(t0, 1)), "straggling");
-  monitor.Tick(At(t0, 2.5));
-  EXPECT_EQ(StateOf(monitor, 2, At(t0, 2.5)), "straggling");
-  // ...and running once it has looked fine for the whole hold.
-  monitor.Tick(At(t0, 3.5));
-  EXPECT_EQ(StateOf(monitor, 2, At(t0, 3.5)), "running");
+  EXPECT_EQ(StateOf(monitor, 1, At(t0, 1)), "finished");
+  const json::array events = AllEvents(monitor, At(t0, 1));
+  auto finished = EventsWith(events, {"worker 1", "finished"});
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].at("level"), "info");
+  EXPECT_TRUE(EventsWith(events, {"dead"}).empty());
+  for (const json::value& e : events) EXPECT_EQ(e.at("level"), "info") << e;
+  EXPECT_EQ(
+      SampleValue(monitor.Metrics(At(t0, 1)), "tether_worker_evictions_total"),
+      0);
 
-  auto warnings =
-      EventsWith(AllEvents(monitor, At(t0, 3.5)), {"worker 2", "straggling"});
+  // Without that report, the same ending is a loss.
+  w0.connected = false;
+  monitor.OnShardStats(ShardZero({w0, w1}), At(t0, 2));
+  monitor.Tick(At(t0, 2));
+  EXPECT_EQ(StateOf(monitor, 0, At(t0, 2)), "dead");
+  auto dead = EventsWith(AllEvents(monitor, At(t0, 2)), {"worker 0", "dead"});
+  ASSERT_EQ(dead.size(), 1u);
+  EXPECT_EQ(dead[0].at("level"), "error");
+  EXPECT_NE(std::string(dead[0].at("text").as_string())
+                .find("closed before it reported finishing"),
+            std::string::npos)
+      << dead[0];
+}
+
+// ---------------------------------------------------------------------------
+// Stragglers (straggler.h; web/API.md, "worker")
+
+StragglerWatch::Worker Clocked(int64_t clock, int bound = 2,
+                               bool running = true) {
+  return {clock, bound, running};
+}
+
+// Samples `workers` every 0.25 s from `from` to `to` seconds (both
+// included); returns the verdicts of the last sample.
+std::vector<StragglerWatch::Verdict> SampleEvery250ms(
+    StragglerWatch& watch, double from, double to,
+    const std::vector<StragglerWatch::Worker>& workers,
+    bool all_joined = true) {
+  std::vector<StragglerWatch::Verdict> last;
+  for (double t = from; t <= to + 1e-9; t += 0.25) {
+    last = watch.Sample(t, workers, all_joined);
+  }
+  return last;
+}
+
+TEST(StragglerWatch, WorkerHoldingOthersBackStragglesOnceTheWindowIsFull) {
+  StragglerWatch watch(3);  // a 3 s window
+  // Bound 2: the others are 3 clocks ahead of rank 2, so their next pulls
+  // wait for it.
+  const std::vector<StragglerWatch::Worker> held = {Clocked(13), Clocked(13),
+                                                    Clocked(10)};
+  auto v = SampleEvery250ms(watch, 0, 2.75, held);
+  EXPECT_FALSE(v[2].straggling) << "flagged before a whole window";
+  v = watch.Sample(3.0, held, true);
+  EXPECT_TRUE(v[2].straggling);
+  EXPECT_EQ(v[2].behind, 3);
+  EXPECT_DOUBLE_EQ(v[2].held_back_share, 1.0);
+  EXPECT_FALSE(v[0].straggling);
+  EXPECT_FALSE(v[1].straggling);
+}
+
+TEST(StragglerWatch, BehindByTheBoundItselfHoldsNobodyBack) {
+  StragglerWatch watch(3);
+  // 2 behind under bound 2: everybody's pulls are still answered.
+  auto v =
+      SampleEvery250ms(watch, 0, 10, {Clocked(12), Clocked(12), Clocked(10)});
+  EXPECT_EQ(v[2].behind, 2);
+  EXPECT_DOUBLE_EQ(v[2].held_back_share, 0.0);
+  EXPECT_FALSE(v[2].straggling);
+}
+
+TEST(StragglerWatch, ZeroClocksBehindNeverStraggles) {
+  StragglerWatch watch(3);
+  SampleEvery250ms(watch, 0, 5, {Clocked(13), Clocked(13), Clocked(10)});
+  // Level with the others for a moment (BSP does this every clock): every
+  // other sample of its window held them back, yet now it is not behind.
+  auto v = watch.Sample(5.25, {Clocked(13), Clocked(13), Clocked(13)}, true);
+  EXPECT_EQ(v[2].behind, 0);
+  EXPECT_GT(v[2].held_back_share, 0.9);
+  EXPECT_FALSE(v[2].straggling);
+  v = watch.Sample(5.5, {Clocked(16), Clocked(16), Clocked(13)}, true);
+  EXPECT_TRUE(v[2].straggling);
+}
+
+TEST(StragglerWatch, HeldBackInHalfTheWindowStragglesUnderHalfDoesNot) {
+  StragglerOptions o;
+  o.window_s = 0.75;  // 4 samples at 0.25 s
+  const StragglerWatch::Worker held = Clocked(10), behind = Clocked(12);
+  const StragglerWatch::Worker fast = Clocked(13);
+  {
+    StragglerWatch watch(2, o);
+    watch.Sample(0, {fast, behind}, true);
+    watch.Sample(0.25, {fast, behind}, true);
+    watch.Sample(0.5, {fast, held}, true);
+    auto v = watch.Sample(0.75, {fast, held}, true);  // 2 of 4
+    EXPECT_DOUBLE_EQ(v[1].held_back_share, 0.5);
+    EXPECT_TRUE(v[1].straggling);
+  }
+  {
+    StragglerWatch watch(2, o);
+    watch.Sample(0, {fast, behind}, true);
+    watch.Sample(0.25, {fast, behind}, true);
+    watch.Sample(0.5, {fast, behind}, true);
+    auto v = watch.Sample(0.75, {fast, held}, true);  // 1 of 4
+    EXPECT_DOUBLE_EQ(v[1].held_back_share, 0.25);
+    EXPECT_EQ(v[1].behind, 3);
+    EXPECT_FALSE(v[1].straggling);
+  }
+}
+
+TEST(StragglerWatch, NothingStragglesUntilAWindowAfterEveryoneJoined) {
+  StragglerWatch watch(3);
+  const std::vector<StragglerWatch::Worker> held = {Clocked(13), Clocked(13),
+                                                    Clocked(10)};
+  auto v = SampleEvery250ms(watch, 0, 5, held, /*all_joined=*/false);
+  EXPECT_FALSE(v[2].straggling);
+  v = SampleEvery250ms(watch, 5.25, 8, held);  // all joined at 5.25
+  EXPECT_FALSE(v[2].straggling);
+  v = watch.Sample(8.25, held, true);
+  EXPECT_TRUE(v[2].straggling);
+}
+
+TEST(StragglerWatch, WorkerBackFromTheDeadNeedsAWholeWindow) {
+  StragglerWatch watch(3);
+  std::vector<StragglerWatch::Worker> w = {Clocked(13), Clocked(13),
+                                           Clocked(10)};
+  ASSERT_TRUE(SampleEvery250ms(watch, 0, 4, w)[2].straggling);
+  w[2].running = false;  // dead (or finished) for a sample
+  watch.Sample(4.25, w, true);
+  w[2].running = true;
+  EXPECT_FALSE(SampleEvery250ms(watch, 4.5, 7.25, w)[2].straggling);
+  EXPECT_TRUE(watch.Sample(7.5, w, true)[2].straggling);
+}
+
+TEST(StragglerWatch, AsynchronousWorkerThatFellBehindStraggles) {
+  // Bound -1: nobody waits, so only the advance over the window counts.
+  // Rank 0 advances 8 clocks over the 3 s window (the least that counts),
+  // rank 1 as much, rank 2 by `slow` clocks.
+  for (int64_t slow : {0, 3, 4}) {
+    StragglerWatch watch(3);
+    std::vector<StragglerWatch::Verdict> v;
+    for (int i = 0; i <= 12; ++i) {
+      const int64_t fast = 100 + (8 * i) / 12;
+      v = watch.Sample(0.25 * i,
+                       {Clocked(fast, -1), Clocked(fast, -1),
+                        Clocked(50 + (slow * i) / 12, -1)},
+                       true);
+    }
+    EXPECT_EQ(v[2].fastest_advance, 8);
+    EXPECT_EQ(v[2].advance, slow);
+    EXPECT_EQ(v[2].straggling, 2 * slow < 8) << "advanced " << slow;
+    EXPECT_FALSE(v[0].straggling);
+    EXPECT_FALSE(v[1].straggling);
+  }
+  // Under 8 clocks from the fastest, however far behind the other is.
+  StragglerWatch watch(2);
+  std::vector<StragglerWatch::Verdict> v;
+  for (int i = 0; i <= 12; ++i) {
+    v = watch.Sample(0.25 * i,
+                     {Clocked(100 + (7 * i) / 12, -1), Clocked(0, -1)}, true);
+  }
+  EXPECT_EQ(v[1].fastest_advance, 7);
+  EXPECT_FALSE(v[1].straggling);
+}
+
+TEST(StragglerWatch, FinishedOrDeadWorkersAreNeitherAheadNorBehind) {
+  StragglerWatch watch(3);
+  // Rank 0 is far ahead but not running: nobody waits for rank 2.
+  auto v = SampleEvery250ms(
+      watch, 0, 5,
+      {Clocked(50, 2, /*running=*/false), Clocked(10), Clocked(10)});
+  EXPECT_EQ(v[2].behind, 0);
+  EXPECT_FALSE(v[2].straggling);
+  EXPECT_FALSE(v[0].straggling);
+}
+
+// A run of 3 workers under bound 2 where rank 2 holds the others back,
+// sampled by `monitor` every 0.25 s from `from` to `to`.
+void RunWithRank2HoldingBack(Monitor& monitor, TimePoint t0, double from,
+                             double to, int64_t rank2_behind = 3) {
+  for (double t = from; t <= to + 1e-9; t += 0.25) {
+    ShardStats::Worker a = Running(0), b = Running(1), c = Running(2);
+    a.staleness = b.staleness = c.staleness = 2;
+    a.clock = b.clock = 100 + static_cast<int64_t>(4 * t);
+    c.clock = a.clock - rank2_behind;
+    monitor.OnShardStats(ShardZero({a, b, c}), At(t0, t));
+    monitor.Tick(At(t0, t));
+  }
+}
+
+TEST(Monitor, StragglerIsFlaggedWithWhyAndOnlyIt) {
+  Monitor monitor(Settings(1, 3));  // a 3 s window
+  const TimePoint t0 = Monitor::Now();
+  RunWithRank2HoldingBack(monitor, t0, 0, 2.75);
+  EXPECT_EQ(StateOf(monitor, 2, At(t0, 2.75)), "running");
+  RunWithRank2HoldingBack(monitor, t0, 3, 3);
+  json::array workers = Doc(monitor, "workers", At(t0, 3)).as_array();
+  EXPECT_EQ(workers.at(0).at("state"), "running");
+  EXPECT_EQ(workers.at(1).at("state"), "running");
+  EXPECT_EQ(workers.at(2).at("state"), "straggling");
+  EXPECT_EQ(workers.at(2).at("lag"), 3);
+
+  auto warnings = EventsWith(AllEvents(monitor, At(t0, 3)), {"straggling"});
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(warnings[0].at("level"), "warning");
+  EXPECT_EQ(warnings[0].at("text"),
+            "worker 2 is straggling: 3 clocks behind the fastest running "
+            "worker; it held others back at their staleness bound in 100% of "
+            "the last 3 s");
 }
 
-TEST(Monitor, StragglerHoldCountsFromItsLastStragglingTick) {
-  MonitorOptions options;
-  options.straggler_hold_s = 3.0;
-  Monitor monitor(Settings(1, 3), options);
+TEST(Monitor, StragglerLevelForAMomentIsRunningAndWarnedOncePerSpell) {
+  Monitor monitor(Settings(1, 3));
   const TimePoint t0 = Monitor::Now();
-  auto slow =
-      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 10)});
-  auto fine =
-      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 100)});
-  monitor.OnShardStats(slow, At(t0, 0));
-  monitor.Tick(At(t0, 0));
-  monitor.OnShardStats(slow, At(t0, 2));
-  monitor.Tick(At(t0, 2));
-  monitor.OnShardStats(fine, At(t0, 3));
-  monitor.Tick(At(t0, 4));
-  // 4 s after it first straggled but only 2 s after it last looked slow.
-  EXPECT_EQ(StateOf(monitor, 2, At(t0, 4)), "straggling");
-  monitor.Tick(At(t0, 5.5));
-  EXPECT_EQ(StateOf(monitor, 2, At(t0, 5.5)), "running");
+  RunWithRank2HoldingBack(monitor, t0, 0, 4);
+  ASSERT_EQ(StateOf(monitor, 2, At(t0, 4)), "straggling");
+  RunWithRank2HoldingBack(monitor, t0, 4.25, 4.25, /*rank2_behind=*/0);
+  json::array workers = Doc(monitor, "workers", At(t0, 4.25)).as_array();
+  EXPECT_EQ(workers.at(2).at("state"), "running");
+  EXPECT_EQ(workers.at(2).at("lag"), 0);
+  RunWithRank2HoldingBack(monitor, t0, 4.5, 6);
+  EXPECT_EQ(StateOf(monitor, 2, At(t0, 6)), "straggling");
+  EXPECT_EQ(EventsWith(AllEvents(monitor, At(t0, 6)), {"straggling"}).size(),
+            1u);
+  // Caught up for good: running, and a new spell is warned again.
+  RunWithRank2HoldingBack(monitor, t0, 6.25, 12, /*rank2_behind=*/0);
+  EXPECT_EQ(StateOf(monitor, 2, At(t0, 12)), "running");
+  RunWithRank2HoldingBack(monitor, t0, 12.25, 15.5);
+  EXPECT_EQ(StateOf(monitor, 2, At(t0, 15.5)), "straggling");
+  EXPECT_EQ(EventsWith(AllEvents(monitor, At(t0, 15.5)), {"straggling"}).size(),
+            2u);
 }
 
-TEST(Monitor, StragglerWithoutHoldRunsAtOnce) {
-  MonitorOptions options;
-  options.straggler_hold_s = 0;
-  Monitor monitor(Settings(1, 3), options);
+TEST(Monitor, NoStragglingEventEverSaysZeroClocksBehind) {
+  Monitor monitor(Settings(1, 3));
   const TimePoint t0 = Monitor::Now();
-  monitor.OnShardStats(
-      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 10)}),
-      At(t0, 0));
-  monitor.Tick(At(t0, 0));
-  ASSERT_EQ(StateOf(monitor, 2, At(t0, 0)), "straggling");
-  monitor.OnShardStats(
-      ShardZero({Running(0, 0, 100), Running(1, 0, 100), Running(2, 0, 100)}),
-      At(t0, 0.1));
-  monitor.Tick(At(t0, 0.1));
-  EXPECT_EQ(StateOf(monitor, 2, At(t0, 0.1)), "running");
+  // Rank 2 alternates between 3 behind and level, as under BSP.
+  int straggling = 0;
+  for (int i = 0; i <= 60; ++i) {
+    RunWithRank2HoldingBack(monitor, t0, 0.25 * i, 0.25 * i, i % 4 ? 3 : 0);
+    json::array workers = Doc(monitor, "workers", At(t0, 0.25 * i)).as_array();
+    for (const json::value& w : workers) {
+      if (w.at("state") != "straggling") continue;
+      ++straggling;
+      EXPECT_GE(Number(w.at("lag")), 1) << w;
+    }
+  }
+  EXPECT_GT(straggling, 20);
+  for (const json::object& e :
+       EventsWith(AllEvents(monitor, At(t0, 15)), {"straggling"})) {
+    EXPECT_EQ(std::string(e.at("text").as_string()).find(" 0 clocks"),
+              std::string::npos)
+        << e;
+  }
 }
 
 TEST(Monitor, WorkerLagIsClocksBehindFastestLiveWorker) {
@@ -800,6 +960,8 @@ TEST(Monitor, CheckpointsDisabledWithoutEveryOrResume) {
   Monitor off(Settings(1, 1));
   json::value doc = Doc(off, "checkpoints", Monitor::Now());
   EXPECT_EQ(doc.at("enabled"), false);
+  EXPECT_EQ(Doc(off, "config", Monitor::Now()).at("checkpoints_enabled"),
+            false);
   EXPECT_TRUE(doc.at("resumed_from").is_null());
 
   RunSettings resumed = Settings(1, 1);
@@ -808,6 +970,55 @@ TEST(Monitor, CheckpointsDisabledWithoutEveryOrResume) {
   doc = Doc(on, "checkpoints", Monitor::Now());
   EXPECT_EQ(doc.at("enabled"), true);
   EXPECT_EQ(doc.at("resumed_from"), 40);
+}
+
+TEST(Monitor, CheckpointsEnabledIsWhetherShard0HasADataDir) {
+  // --data-dir without --checkpoint-every: rounds on demand only.
+  Monitor on_demand(Settings(1, 1));
+  on_demand.SetCheckpointsEnabled(true);
+  EXPECT_EQ(Doc(on_demand, "checkpoints", Monitor::Now()).at("enabled"), true);
+  EXPECT_EQ(Doc(on_demand, "config", Monitor::Now()).at("checkpoints_enabled"),
+            true);
+  Monitor off(Settings(1, 1));
+  off.SetCheckpointsEnabled(false);
+  EXPECT_EQ(Doc(off, "checkpoints", Monitor::Now()).at("enabled"), false);
+  EXPECT_EQ(Doc(off, "config", Monitor::Now()).at("checkpoints_enabled"),
+            false);
+}
+
+TEST(Monitor, RoundsBeyondKeepCheckpointsShowPruned) {
+  RunSettings settings = Settings(1, 1);
+  settings.checkpoint_every = 10;
+  settings.keep_checkpoints = 2;
+  Monitor monitor(settings);
+  auto status_of = [&](int64_t round) {
+    const json::value doc = Doc(monitor, "checkpoints", Monitor::Now());
+    for (const json::value& r : doc.at("rounds").as_array()) {
+      if (r.at("round") == round)
+        return std::string(r.at("status").as_string());
+    }
+    return std::string("not listed");
+  };
+  for (int64_t round : {10, 20}) {
+    monitor.OnShardRound(Written(0, round, 100, 0.1));
+    monitor.OnRoundComplete(round, 100);
+  }
+  monitor.OnShardRound(Written(0, 25, 0, 0.1, "disk full"));
+  EXPECT_EQ(status_of(10), "complete");
+  EXPECT_EQ(status_of(20), "complete");
+  monitor.OnShardRound(Written(0, 30, 100, 0.1));
+  monitor.OnRoundComplete(30, 100);
+  // The store keeps the newest 2 complete rounds and deletes the rest.
+  EXPECT_EQ(status_of(10), "pruned");
+  EXPECT_EQ(status_of(20), "complete");
+  EXPECT_EQ(status_of(25), "failed");
+  EXPECT_EQ(status_of(30), "complete");
+  monitor.OnShardRound(Written(0, 40, 100, 0.1));
+  monitor.OnRoundComplete(40, 100);
+  EXPECT_EQ(status_of(10), "pruned");
+  EXPECT_EQ(status_of(20), "pruned");
+  EXPECT_EQ(status_of(30), "complete");
+  EXPECT_EQ(status_of(40), "complete");
 }
 
 // ---------------------------------------------------------------------------
@@ -819,6 +1030,10 @@ TEST(Monitor, CheckpointsDisabledWithoutEveryOrResume) {
 Monitor& Busy(Monitor& monitor, TimePoint t0, bool diverged = false) {
   ShardStats::Worker a = Running(0, 0.6f, 100), b = Running(1, 0.6f, 100),
                      c = Running(2, 0.05f, 100), d = Running(3);
+  // Rank 2 holds back the others (bound 0): straggling once the monitor's
+  // window has passed.
+  a.clock = b.clock = d.clock = 5;
+  c.clock = 2;
   a.loss = 0.5f;
   a.test_accuracy = 0.9f;
   b.loss = diverged ? std::numeric_limits<float>::infinity() : 0.75f;
@@ -850,7 +1065,9 @@ Monitor& Busy(Monitor& monitor, TimePoint t0, bool diverged = false) {
 }
 
 TEST(Monitor, MetricsIsValidExposition) {
-  Monitor monitor(Settings(2, 4));
+  MonitorOptions options;
+  options.stragglers.window_s = 0.5;  // Busy samples twice, 1 s apart
+  Monitor monitor(Settings(2, 4), options);
   const TimePoint t0 = Monitor::Now();
   Busy(monitor, t0, /*diverged=*/true);
   const std::string metrics = monitor.Metrics(At(t0, 1.5));
@@ -1005,7 +1222,9 @@ TEST(Monitor, EveryDocumentHasDocumentedKeys) {
   }
 
   json::value checkpoints = Doc(monitor, "checkpoints", now);
-  ExpectKeys(checkpoints, {"every", "enabled", "rounds"}, "checkpoints");
+  ExpectKeys(checkpoints,
+             {"every", "keep", "enabled", "resumed_from", "rounds"},
+             "checkpoints");
   ASSERT_EQ(checkpoints.at("rounds").as_array().size(), 2u);
   for (const json::value& r : checkpoints.at("rounds").as_array()) {
     ExpectKeys(r,
@@ -1016,10 +1235,26 @@ TEST(Monitor, EveryDocumentHasDocumentedKeys) {
 
   json::value config = Doc(monitor, "config", now);
   ExpectKeys(config,
-             {"run_id", "seed", "shards", "workers", "keep_checkpoints",
-              "max_staleness", "reject_staleness", "block_size",
-              "checkpoint_every", "resume_round", "optimizer", "lr", "momentum",
-              "beta1", "beta2", "epsilon", "seeds", "command"},
+             {"run_id",
+              "seed",
+              "shards",
+              "workers",
+              "keep_checkpoints",
+              "max_staleness",
+              "reject_staleness",
+              "block_size",
+              "checkpoint_every",
+              "checkpoints_enabled",
+              "resume_round",
+              "optimizer",
+              "lr",
+              "momentum",
+              "beta1",
+              "beta2",
+              "epsilon",
+              "seeds",
+              "commands",
+              "command"},
              "config");
   ExpectKeys(config.at("seeds"), {"run", "initial_values", "data_order"},
              "seeds");
@@ -1124,7 +1359,14 @@ TEST(Monitor, ConfigShowsSettingsAsTyped) {
   EXPECT_NE(text.find(R"("lr":0.001,)"), std::string::npos) << text;
   EXPECT_NE(text.find(R"("epsilon":1e-08,)"), std::string::npos) << text;
   EXPECT_EQ(text.find("E-"), std::string::npos) << text;
-  EXPECT_EQ(std::string(config.at("command").as_string()), ReproduceCommand(s));
+  // Shard 0's command is known from the start; the others' once they say.
+  EXPECT_EQ(config.at("commands").at(0).at("process"), "shard 0");
+  EXPECT_EQ(std::string(config.at("commands").at(0).at("command").as_string()),
+            ReproduceCommand(s));
+  EXPECT_EQ(std::string(config.at("command").as_string())
+                .rfind(ReproduceCommand(s) + " &\n", 0),
+            0u)
+      << config.at("command");
 }
 
 // ---------------------------------------------------------------------------

@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <boost/json.hpp>
 #include <cstring>
 #include <filesystem>
 #include <map>
 
 #include "tests/cluster.h"
 #include "tests/worker_pool.h"
+#include "tools/http_client.h"
 
 namespace tether::testing {
 namespace {
@@ -157,8 +159,14 @@ TEST(Resume, MismatchedRunOrMissingRoundRefusedAndNothingOverwritten) {
   refused({"--seed", "22", "--resume", "latest"}, "--seed 21 in the round");
   refused({"--seed", "21", "--resume", "7"}, "round 7 is not a complete round");
   refused({"--seed", "21", "--resume", "soon"}, "--resume");
-  // The rounds are still there and still load.
-  auto cluster = Cluster::Start(RunOptions({"--resume", "120"}), dir.path());
+  refused({"--optimizer", "sgd", "--resume", "latest"},
+          "--optimizer adam in the round, sgd now");
+  // The rounds are still there and still load, and the run's settings come
+  // from the round: shard 0 is given none but --lr, which overrides it.
+  ClusterOptions o = RunOptions({"--resume", "120", "--lr", "0.0005"});
+  o.run_flags = false;
+  o.extra_flags.erase(o.extra_flags.begin(), o.extra_flags.begin() + 2);
+  auto cluster = Cluster::Start(o, dir.path());
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   EXPECT_TRUE((*cluster)
                   ->shard(0)
@@ -168,6 +176,21 @@ TEST(Resume, MismatchedRunOrMissingRoundRefusedAndNothingOverwritten) {
                   ->shard(1)
                   .WaitForLine("loaded checkpoint round 120", 5000)
                   .ok());
+  EXPECT_TRUE((*cluster)
+                  ->shard(0)
+                  .WaitForLine("--lr 0.0005 now (0.001 in the round)", 1000)
+                  .ok());
+  auto reply =
+      HttpFetch((*cluster)->dashboard(), "GET", "/api/config", "", {}, 5000);
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  const boost::json::object config =
+      boost::json::parse(reply->body).as_object();
+  EXPECT_EQ(config.at("workers").to_number<int>(), 2) << reply->body;
+  EXPECT_EQ(config.at("seed").to_number<int>(), 21) << reply->body;
+  EXPECT_EQ(config.at("block_size").to_number<int>(), 4096) << reply->body;
+  EXPECT_EQ(config.at("checkpoint_every").to_number<int>(), 60) << reply->body;
+  EXPECT_EQ(config.at("optimizer").as_string(), "adam") << reply->body;
+  EXPECT_EQ(config.at("lr").to_number<double>(), 0.0005) << reply->body;
 }
 
 // Test accuracy of the model the cluster holds, from tether-worker

@@ -91,6 +91,31 @@ TEST(Training, LauncherRunStoppedFromTheDashboardExitsZero) {
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("MISSED"), std::string::npos) << out;
+
+  // The printed command resumes it with the run's own flags (2 shards, 2
+  // workers, none slowed, softmax: kept in DIR/tether-up.flags), those
+  // given now on top; a flag the run cannot change is refused, named.
+  std::string refused;
+  auto code2 = RunToExit({TETHER_UP_BIN, "--data-dir", dir.path(), "--resume",
+                          "latest", "--workers", "3", "--http", "off"},
+                         &refused, 10000);
+  ASSERT_TRUE(code2.ok());
+  EXPECT_EQ(*code2, 2) << refused;
+  EXPECT_NE(refused.find("--workers 2 in the run"), std::string::npos)
+      << refused;
+  std::string resumed;
+  auto code3 =
+      RunToExit({TETHER_UP_BIN, "--data-dir", dir.path(), "--resume", "latest",
+                 "--log-dir", dir.path() + "/resumed", "--http", "off",
+                 "--epochs", "1", "--target-accuracy", "0.5"},
+                &resumed, 120000);
+  ASSERT_TRUE(code3.ok());
+  EXPECT_EQ(*code3, 0) << resumed;
+  EXPECT_NE(resumed.find("2 shards, 2 workers (0 slowed"), std::string::npos)
+      << resumed;
+  EXPECT_NE(resumed.find("model softmax"), std::string::npos) << resumed;
+  EXPECT_NE(resumed.find("tether-up: resuming from round"), std::string::npos)
+      << resumed;
 }
 
 // tether-up killed with SIGKILL takes its shards and workers with it: none

@@ -133,6 +133,16 @@ int RunPull(Client& client, const CliOptions& o,
   return 0;
 }
 
+// Sends the last report, whose "done" makes the dashboard show this worker
+// finished, not dead, once its connection closes; the exit code.
+int ReportFinished(Client& client) {
+  Progress p;
+  p.loss = -1;  // this tool trains no model: no loss to show
+  p.done = true;
+  if (Status s = client.Report(p); !s.ok()) return Fail(s);
+  return 0;
+}
+
 int RunTrain(Client& client, const CliOptions& o,
              const std::vector<uint64_t>& shape, Init init) {
   if (Status s = client.DefineTensor(o.tensor, shape, init); !s.ok()) {
@@ -160,7 +170,7 @@ int RunTrain(Client& client, const CliOptions& o,
     const bool stopped = s.code() == Code::kCancelled;
     s = EndOfTraining(client, std::move(s));
     if (!s.ok()) return Fail(s);
-    if (stopped) return 0;
+    if (stopped) return ReportFinished(client);
     if (!o.quiet && (k + 1) % std::max(1, o.iterations / 10) == 0) {
       double secs = std::chrono::duration<double>(
                         std::chrono::steady_clock::now() - start)
@@ -175,7 +185,7 @@ int RunTrain(Client& client, const CliOptions& o,
   }
   std::cout << "worker " << client.rank() << ": done, " << o.iterations
             << " iterations\n";
-  return 0;
+  return ReportFinished(client);
 }
 
 int Main(int argc, char** argv) {
@@ -230,6 +240,7 @@ int Main(int argc, char** argv) {
   co.rank = o.rank;
   co.staleness = o.staleness;
   co.name = "tether-client " + command;
+  if (command == "train") co.command = ShellCommand(argc, argv);
   auto client = Client::Connect(co);
   if (!client.ok()) return Fail(client.status());
   if (command == "stats") return RunStats(**client);

@@ -10,11 +10,15 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "schema/flags.h"
@@ -56,7 +60,51 @@ struct UpOptions {
   std::string auth_key_file;  // the run's shared key, for every process
   // The dashboard's token for POST endpoints; default LOG_DIR/dashboard.token.
   std::string http_token_file;
+  // With --resume: the flags of RunFlags() given on the command line; shard
+  // 0 gets only these of the run-wide ones and takes the rest from the
+  // round.
+  std::set<std::string> given;
 };
+
+// The flags that make a run what it is, kept in DATA_DIR/tether-up.flags so
+// that --resume needs none of them again. `identity`: a resumed run cannot
+// change it (a differing value is refused, naming the flag).
+struct RunFlag {
+  const char* name;
+  bool identity;
+  std::function<std::string(const UpOptions&)> text;
+};
+
+const std::vector<RunFlag>& RunFlags() {
+  static const std::vector<RunFlag> flags = {
+      {"shards", true, [](auto& o) { return std::to_string(o.shards); }},
+      {"workers", true, [](auto& o) { return std::to_string(o.workers); }},
+      {"seed", true, [](auto& o) { return std::to_string(o.seed); }},
+      {"optimizer", true, [](auto& o) { return o.optimizer; }},
+      {"model", true, [](auto& o) { return o.model; }},
+      {"python-model", true, [](auto& o) { return o.python_model; }},
+      {"model-args", true, [](auto& o) { return o.model_args; }},
+      {"slow", false, [](auto& o) { return std::to_string(o.slow); }},
+      {"slowdown", false, [](auto& o) { return NumberText(o.slowdown); }},
+      {"staleness", false, [](auto& o) { return std::to_string(o.staleness); }},
+      {"data", false, [](auto& o) { return o.data; }},
+      {"epochs", false, [](auto& o) { return std::to_string(o.epochs); }},
+      {"batch", false, [](auto& o) { return std::to_string(o.batch); }},
+      {"lr", false, [](auto& o) { return NumberText(o.lr); }},
+      {"target-accuracy", false,
+       [](auto& o) { return NumberText(o.target_accuracy); }},
+      {"threads", false, [](auto& o) { return std::to_string(o.threads); }},
+      {"gpu-workers", false,
+       [](auto& o) { return std::to_string(o.gpu_workers); }},
+      {"checkpoint-every", false,
+       [](auto& o) { return std::to_string(o.checkpoint_every); }},
+  };
+  return flags;
+}
+
+std::string SavedFlagsPath(const UpOptions& o) {
+  return o.data_dir + "/tether-up.flags";
+}
 
 std::atomic<bool> g_interrupted{false};
 
@@ -139,15 +187,23 @@ Status Launcher::StartShards() {
         "--data-dir",
         o_.data_dir + "/shard" + std::to_string(id)};
     if (id == 0) {
-      for (const std::string& a :
-           {std::string("--http"), o_.http, std::string("--workers"),
-            std::to_string(o_.workers), std::string("--max-staleness"),
-            std::to_string(o_.staleness), std::string("--optimizer"),
-            o_.optimizer, std::string("--lr"), NumberText(o_.lr),
-            std::string("--seed"), std::to_string(o_.seed),
-            std::string("--checkpoint-every"),
-            std::to_string(o_.checkpoint_every)}) {
-        argv.push_back(a);
+      argv.push_back("--http");
+      argv.push_back(o_.http);
+      // A resumed run's shard 0 takes the run-wide settings from its round,
+      // except for those given now (refused there if they cannot change).
+      const bool resuming = !o_.resume.empty();
+      for (const auto& [flag, name, value] :
+           std::vector<std::tuple<std::string, std::string, std::string>>{
+               {"workers", "--workers", std::to_string(o_.workers)},
+               {"staleness", "--max-staleness", std::to_string(o_.staleness)},
+               {"optimizer", "--optimizer", o_.optimizer},
+               {"lr", "--lr", NumberText(o_.lr)},
+               {"seed", "--seed", std::to_string(o_.seed)},
+               {"checkpoint-every", "--checkpoint-every",
+                std::to_string(o_.checkpoint_every)}}) {
+        if (resuming && o_.given.count(flag) == 0) continue;
+        argv.push_back(name);
+        argv.push_back(value);
       }
       if (o_.http != "off") {
         argv.push_back("--http-token-file");
@@ -256,8 +312,11 @@ void Launcher::Poll(bool print, bool tty) {
   std::string clocks, accuracy = "-";
   double loss = 0, rate = 0;
   int reported = 0;
+  int epoch = INT_MAX;  // the least advanced worker's, from 1
   for (const auto& w : s0.workers) {
     clocks += (clocks.empty() ? "" : " ") + std::to_string(w.clock);
+    // Reports count epochs from 0; tether-worker prints them from 1.
+    if (w.samples > 0) epoch = std::min(epoch, w.epoch + 1);
     if (w.loss >= 0) {
       loss += w.loss;
       ++reported;
@@ -279,12 +338,17 @@ void Launcher::Poll(bool print, bool tty) {
   if (reported > 0) {
     std::snprintf(loss_text, sizeof loss_text, "%.3f", loss / reported);
   }
+  // "epoch 6/6" as tether-worker says it; "-" before the first report.
+  const std::string epoch_text =
+      (epoch == INT_MAX ? std::string("-") : std::to_string(epoch)) + "/" +
+      std::to_string(o_.epochs);
   char line[512];
   std::snprintf(line, sizeof line,
-                "%5.1f s  clocks [%s]  min %lld  loss %s  test acc %s  "
-                "%.0f samples/s",
+                "%5.1f s  epoch %s  clocks [%s]  min %lld  loss %s  "
+                "test acc %s  %.0f samples/s",
                 std::chrono::duration<double>(Clock::now() - start_).count(),
-                clocks.c_str(), static_cast<long long>(s0.min_clock), loss_text,
+                epoch_text.c_str(), clocks.c_str(),
+                static_cast<long long>(s0.min_clock), loss_text,
                 accuracy.c_str(), rate);
   std::printf(tty ? "\r%s   " : "%s\n", line);
   std::fflush(stdout);
@@ -464,8 +528,7 @@ void Launcher::PrintStopped(int64_t clock, int64_t round, double accuracy,
   if (round >= 0) {
     std::printf(
         "tether-up: checkpoint round %lld holds it; resume with:\n"
-        "  tether-up --data-dir %s --resume latest  (and this run's other "
-        "flags)\n",
+        "  tether-up --data-dir %s --resume latest\n",
         static_cast<long long>(round), o_.data_dir.c_str());
   } else {
     std::printf("tether-up: no checkpoint round holds it\n");
@@ -487,12 +550,12 @@ void Launcher::PrintResult(double accuracy, double secs) {
   std::fflush(stdout);
 }
 
-int Main(int argc, char** argv) {
-  UpOptions o;
-  FlagParser p("tether-up",
-               "Starts a local tether cluster: shards and workers as real\n"
-               "processes on 127.0.0.1, some workers slowed down as\n"
-               "stragglers. Shows progress; Ctrl-C stops everything.");
+constexpr const char* kSummary =
+    "Starts a local tether cluster: shards and workers as real\n"
+    "processes on 127.0.0.1, some workers slowed down as\n"
+    "stragglers. Shows progress; Ctrl-C stops everything.";
+
+void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddInt("shards", &o.shards, "server shards");
   p.AddInt("workers", &o.workers, "workers");
   p.AddInt("slow", &o.slow, "how many workers (the last ranks) are slowed");
@@ -536,12 +599,96 @@ int Main(int argc, char** argv) {
   p.AddString("http-token-file", &o.http_token_file,
               "the dashboard's token for POST endpoints (created when "
               "missing; default: LOG_DIR/dashboard.token)");
+}
+
+// --resume: the run's flags come from DATA_DIR/tether-up.flags (written when
+// the run started), those given now on top. A given identity flag that
+// differs is refused, naming it. Returns an exit code on error.
+std::optional<int> TakeSavedFlags(int argc, char** argv,
+                                  const FlagParser& given, UpOptions* o) {
+  for (const RunFlag& f : RunFlags()) {
+    if (given.WasSet(f.name)) o->given.insert(f.name);
+  }
+  const std::string path = SavedFlagsPath(*o);
+  std::ifstream in(path);
+  if (!in) {
+    // Not a run tether-up started: the flags given are all there is, and
+    // shard 0 checks the counts against its round.
+    std::cerr << "tether-up: --resume: no " << path
+              << " (the run was not started by tether-up): using the flags "
+                 "given, defaults for the rest\n";
+    o->given.insert("workers");
+    o->given.insert("shards");
+    return std::nullopt;
+  }
+  std::vector<std::string> args = {"tether-up"};
+  for (std::string line; std::getline(in, line);) args.push_back(line);
+  std::vector<const char*> saved_argv;
+  for (const std::string& a : args) saved_argv.push_back(a.c_str());
+  UpOptions saved = *o;
+  FlagParser q("tether-up", kSummary);
+  BindFlags(q, saved);
+  if (Status st =
+          q.Parse(static_cast<int>(saved_argv.size()), saved_argv.data());
+      !st.ok()) {
+    std::cerr << "tether-up: --resume: " << path << ": " << st.message()
+              << "\n";
+    return 1;
+  }
+  for (const RunFlag& f : RunFlags()) {
+    if (!f.identity || !given.WasSet(f.name)) continue;
+    if (f.text(saved) != f.text(*o)) {
+      std::cerr << "tether-up: --resume: --" << f.name << " " << f.text(saved)
+                << " in the run (" << path << "), " << f.text(*o)
+                << " now: a resumed run keeps it; leave --" << f.name
+                << " out\n";
+      return 2;
+    }
+  }
+  // The saved flags, then the command line's over them.
+  UpOptions merged = saved;
+  FlagParser again("tether-up", kSummary);
+  BindFlags(again, merged);
+  if (Status st = again.Parse(argc, argv); !st.ok()) {
+    std::cerr << "tether-up: " << st.message() << "\n";
+    return 2;
+  }
+  merged.given = o->given;
+  *o = merged;
+  return std::nullopt;
+}
+
+// Keeps the run's flags in DATA_DIR/tether-up.flags for a later --resume.
+void SaveFlags(const UpOptions& o) {
+  const std::string path = SavedFlagsPath(o);
+  std::error_code ec;
+  std::filesystem::create_directories(o.data_dir, ec);
+  std::ofstream out(path + ".tmp", std::ios::trunc);
+  for (const RunFlag& f : RunFlags()) {
+    out << "--" << f.name << "\n" << f.text(o) << "\n";
+  }
+  out.close();
+  if (!out) {
+    std::cerr << "tether-up: cannot write " << path
+              << ": --resume will need this run's flags again\n";
+    return;
+  }
+  std::filesystem::rename(path + ".tmp", path, ec);
+}
+
+int Main(int argc, char** argv) {
+  UpOptions o;
+  FlagParser p("tether-up", kSummary);
+  BindFlags(p, o);
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
-  if (o.shards < 1 || o.workers < 1 || o.slow < 0 || o.slow > o.workers ||
-      o.slowdown < 1 || o.gpu_workers < 0 || o.gpu_workers > o.workers) {
-    std::cerr << "tether-up: need --shards >= 1, --workers >= 1, 0 <= --slow "
-                 "<= --workers, --slowdown >= 1, 0 <= --gpu-workers <= "
-                 "--workers\n";
+  if (!o.resume.empty() && o.data_dir.empty()) {
+    std::cerr << "tether-up: --resume needs --data-dir (the directory of the "
+                 "run to resume)\n";
+    return 2;
+  }
+  if (!o.resume.empty() && !std::filesystem::is_directory(o.data_dir)) {
+    std::cerr << "tether-up: --data-dir " << o.data_dir
+              << ": no such directory, so no run to resume\n";
     return 2;
   }
   if (o.log_dir.empty()) {
@@ -564,11 +711,17 @@ int Main(int argc, char** argv) {
   if (o.http_token_file.empty()) {
     o.http_token_file = o.log_dir + "/dashboard.token";
   }
-  if (!o.resume.empty() && o.data_dir == o.log_dir) {
-    std::cerr << "tether-up: --resume needs --data-dir (the directory of the "
-                 "run to resume)\n";
+  if (!o.resume.empty()) {
+    if (auto exit_code = TakeSavedFlags(argc, argv, p, &o)) return *exit_code;
+  }
+  if (o.shards < 1 || o.workers < 1 || o.slow < 0 || o.slow > o.workers ||
+      o.slowdown < 1 || o.gpu_workers < 0 || o.gpu_workers > o.workers) {
+    std::cerr << "tether-up: need --shards >= 1, --workers >= 1, 0 <= --slow "
+                 "<= --workers, --slowdown >= 1, 0 <= --gpu-workers <= "
+                 "--workers\n";
     return 2;
   }
+  SaveFlags(o);
   InitLogging("tether-up", LogLevel::kError);
   struct sigaction sa {};
   sa.sa_handler = [](int) { g_interrupted = true; };

@@ -47,7 +47,8 @@ function applyUpdate(m) {
   if (m.shards) state.shards = m.shards;
   if (m.checkpoints) state.checkpoints = m.checkpoints;
   invalidate('status', 'workers', 'shards', 'checkpoints');
-  if (m.config) { state.config = m.config; invalidate('config'); }  // not sent today
+  // Sent when it changed: a process said how it was started.
+  if (m.config) { state.config = m.config; invalidate('config'); }
   if (m.history && m.history.length) {
     state.history.push(...m.history);
     // Like the server: when full, keep every other point.
@@ -278,7 +279,9 @@ function renderWorkers() {
       td(bound, 'num'),
       td(fmtInt(w.samples_per_s), 'num'),
       td(fmtFixed(w.loss, 4), 'num'),
-      td(fmtInt(w.epoch), 'num'),
+      // Reports count epochs from 0; shown from 1, as tether-worker prints
+      // "epoch 6/6" after its sixth. Nothing before the first report.
+      td(w.samples > 0 ? fmtInt(w.epoch + 1) : DASH, 'num'),
       td(String(w.state || ''), 'state'),
     ], { 'data-rank': String(w.rank), class: rowClass });
   });
@@ -302,14 +305,23 @@ function renderShards() {
   fillTable('shards', rows, 'no shards yet');
 }
 
+const CHECKPOINTS_OFF = 'Checkpoints are off: shard 0 was started without --data-dir, ' +
+  'so there is nowhere to write a round.';
+
 function renderCheckpoints() {
   const c = state.checkpoints || {};
-  setText('checkpoint-policy', !c.enabled ? 'Checkpoints are off.'
+  setText('checkpoint-policy', !c.enabled ? CHECKPOINTS_OFF
     : c.every > 0 ? `A round every ${fmtInt(c.every)} clocks.` : 'Rounds on demand.');
+  // Off: a round cannot be taken, so the button cannot be pressed.
+  const button = $('checkpoint-now');
+  button.disabled = !c.enabled;
+  button.title = c.enabled ? 'Write a checkpoint round now' : CHECKPOINTS_OFF;
+  const pruned = `deleted: only the newest ${fmtInt(c.keep)} complete rounds are kept ` +
+    '(--keep-checkpoints)';
   const rounds = [...(c.rounds || [])].sort((a, b) => b.round - a.round);
   const rows = rounds.map((r) => tr([
     td(fmtInt(r.round), 'num'),
-    td(badge(r.status || DASH, r.status || '')),
+    td(badge(r.status || DASH, r.status || '', r.status === 'pruned' ? pruned : '')),
     td(fmtTime(r.finished_unix_ms)),
     td(fmtBytes(r.bytes), 'num'),
     td(fmtFixed(r.seconds, 2), 'num'),
@@ -363,7 +375,15 @@ function renderStaleness() {
   const h = (state.status && state.status.staleness_histogram) || [];
   const n = h.length;
   const labels = h.map((_, i) => (i === n - 1 ? `${n - 1}+` : String(i)));
-  drawBarChart($('staleness-chart'), h, labels, { color: '#7c3aed' });
+  const chart = $('staleness-chart');
+  drawBarChart(chart, h, labels, { color: '#7c3aed' });
+  // The definition (index.html), with what this run's bound allows.
+  const bounds = new Set(state.workers.map((w) => w.staleness_bound));
+  const [bound] = bounds;
+  const allowed = bounds.size === 1 && bound >= 0
+    ? ` This run's bound is ${bound}: at most ${bound + 1}.` : '';
+  chart.dataset.definition ??= chart.title;
+  chart.title = chart.dataset.definition + allowed;
 }
 
 // ---- charts ----------------------------------------------------------------

@@ -147,6 +147,10 @@ struct Client::Impl {
     std::unique_ptr<asio::steady_timer> timer;
     std::atomic<int64_t> last_heard_ms{0};  // steady clock, any frame
     int64_t last_warned_ms = 0;             // on the timer's strand
+    // From the shard's latest heartbeat: workers connected to it, of the
+    // run's --workers; -1 until it says.
+    std::atomic<int> workers_joined{-1};
+    std::atomic<int> workers_expected{-1};
     std::string Describe() const {
       return "shard " + std::to_string(shard_id) + " at " + address;
     }
@@ -195,6 +199,9 @@ struct Client::Impl {
   void Send(Link& link, uint64_t id, OutFrame frame, ReplyHandler handler);
   void OnFrame(Link& link, const Frame& frame);
   void OnClose(Link& link, int generation, const Status& why);
+  // What a Hello still waiting for its Welcome waits for, from the shard's
+  // latest heartbeat: "waiting for 1 more worker to join (1/2)".
+  std::string JoinWait(const Link& link) const;
   // Sends a heartbeat every heartbeat_ms and logs requests that wait long.
   void Tick(Link& link);
   Result<TensorMeta> Lookup(const std::string& name, bool sparse);
@@ -286,6 +293,8 @@ Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
   fields.rank = rank;
   fields.staleness = options.staleness;
   fields.name = options.name;
+  // Only the coordinator lists the run's processes.
+  if (link.shard_id == 0) fields.command = options.command;
   // A worker coming back after a lost connection says its clock, so the
   // shard does not hold it (and everyone) back at an older one.
   fields.clock = welcomed ? clock.load() : -1;
@@ -412,7 +421,13 @@ void Client::Impl::OnFrame(Link& link, const Frame& frame) {
   const wire::Message& m = *frame.message();
   link.last_heard_ms = SteadyMs();
   uint64_t id = RequestIdOf(m);
-  if (id == 0 && m.body_type() == wire::Body::Heartbeat) return;
+  if (const wire::Heartbeat* hb = m.body_as_Heartbeat(); hb && id == 0) {
+    if (hb->workers_expected() > 0) {
+      link.workers_joined = hb->workers_joined();
+      link.workers_expected = hb->workers_expected();
+    }
+    return;
+  }
   if (const wire::Stop* stop = m.body_as_Stop()) {
     {
       std::lock_guard lock(stop_mu);
@@ -572,6 +587,24 @@ Status Client::Impl::Redefine(Link& link) {
   return Status::Ok();
 }
 
+std::string Client::Impl::JoinWait(const Link& link) const {
+  constexpr const char* kShards =
+      "waiting for the shards to register (or to load the round the run "
+      "resumes from)";
+  if (options.observer) return kShards;  // observers wait for no worker
+  const int joined = link.workers_joined;
+  const int expected = link.workers_expected;
+  if (joined < 0 || expected <= 0) return "waiting for the workers to join";
+  const std::string counted =
+      " (" + std::to_string(joined) + "/" + std::to_string(expected) + ")";
+  if (joined >= expected) {
+    return "every worker has joined" + counted + "; " + kShards;
+  }
+  const int missing = expected - joined;
+  return "waiting for " + std::to_string(missing) + " more worker" +
+         (missing == 1 ? "" : "s") + " to join" + counted;
+}
+
 void Client::Impl::Tick(Link& link) {
   std::shared_ptr<Connection> conn;
   {
@@ -599,13 +632,16 @@ void Client::Impl::Tick(Link& link) {
     }
   }
 
-  // Say what we wait for when a request takes long: a pull held until the
-  // slowest worker catches up, or a shard that stopped answering.
+  // Say what we wait for when a request takes long: the Welcome, which
+  // shard 0 holds until every worker has joined; a pull held until the
+  // slowest worker catches up; or a shard that stopped answering.
   size_t waiting = 0;
   int64_t oldest_ms = 0;
+  bool joining = false;  // the Hello (request 0) awaits its Welcome
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(link.mu);
+    joining = link.pending.contains(0);
     for (const auto& [id, p] : link.pending) {
       ++waiting;
       oldest_ms = std::max<int64_t>(
@@ -619,14 +655,24 @@ void Client::Impl::Tick(Link& link) {
       now_ms - link.last_warned_ms >= options.slow_request_ms) {
     link.last_warned_ms = now_ms;
     const int64_t silent_ms = now_ms - link.last_heard_ms;
-    TETHER_LOG(kWarning)
-        << "waiting " << oldest_ms / 1000 << " s for " << link.Describe()
-        << " to answer " << waiting << " request(s); "
-        << (silent_ms > 3 * heartbeat_ms
-                ? "it has been silent for " + std::to_string(silent_ms / 1000) +
-                      " s (down, or the network is cut?)"
-                : std::string("it is alive: a pull waits there until the "
-                              "slowest worker is within the staleness bound"));
+    if (silent_ms > 3 * heartbeat_ms) {
+      TETHER_LOG(kWarning) << "waiting " << oldest_ms / 1000 << " s for "
+                           << link.Describe() << " to answer " << waiting
+                           << " request(s); it has been silent for "
+                           << silent_ms / 1000
+                           << " s (down, or the network is cut?)";
+    } else if (joining) {
+      TETHER_LOG(kWarning) << JoinWait(link) << "; " << oldest_ms / 1000
+                           << " s so far (" << link.Describe()
+                           << " starts the run once every worker and shard "
+                              "is there)";
+    } else {
+      TETHER_LOG(kWarning) << "waiting " << oldest_ms / 1000 << " s for "
+                           << link.Describe() << " to answer " << waiting
+                           << " request(s); it is alive: a pull waits there "
+                              "until the slowest worker is within the "
+                              "staleness bound";
+    }
   }
   link.timer->expires_after(std::chrono::milliseconds(heartbeat_ms.load()));
   link.timer->async_wait([this, &link](const boost::system::error_code& ec) {

@@ -63,6 +63,12 @@ struct ClientOptions {
   int rank = -1;      // worker rank to claim; -1: the coordinator picks
   int staleness = 0;  // SSP bound: 0 is BSP, -1 fully asynchronous
   std::string name;   // shown in shard logs
+  // How this process was started (its command line, shell-quoted: see
+  // ShellCommand in schema/flags.h), told to the coordinator so that the
+  // dashboard's "Copy command + seeds" starts this worker again; "" says
+  // nothing. It is shown to whoever reads the dashboard: never put a secret
+  // in it (a key file's path, not its contents).
+  std::string command;
   // The run's shared key (schema/auth.h), when the shards have one.
   std::string auth_key_file;
   size_t max_frame_bytes = size_t{64} << 20;

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
             "pull the weights as an observer, print test accuracy, exit");
   p.AddBool("quiet", &o.quiet, "no progress line, only the final one");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
+  o.command = tether::ShellCommand(argc, argv);
   tether::InitLogging("worker", tether::LogLevel::kWarning);
   tether::Status s = tether::RunTrainer(o);
   if (!s.ok()) {

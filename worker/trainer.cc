@@ -512,6 +512,7 @@ Status RunTrainer(const TrainerOptions& o) {
     co.rank = o.rank;
     co.staleness = o.staleness;
     co.name = "tether-worker sparse-lr";
+    co.command = o.command;
     auto client = Client::Connect(co);
     if (!client.ok()) return client.status();
     SayResuming(**client);
@@ -563,6 +564,7 @@ Status RunTrainer(const TrainerOptions& o) {
   co.rank = o.rank;
   co.staleness = o.staleness;
   co.name = "tether-worker " + o.model;
+  co.command = o.command;
   auto client = Client::Connect(co);
   if (!client.ok()) return client.status();
   SayResuming(**client);

@@ -35,6 +35,9 @@ struct TrainerOptions {
   int chunk_rows = 0;
   bool evaluate_only = false;  // --evaluate-only: as an observer
   bool quiet = false;          // --quiet: no progress line
+  // Not a flag: this process's command line, told to the coordinator
+  // (ClientOptions::command).
+  std::string command;
 };
 
 // Runs training (or evaluation) to the end. The status says why it

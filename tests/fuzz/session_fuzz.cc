@@ -44,10 +44,12 @@ OutFrame OpeningHello(int kind, int worker_rank) {
     hello.role = wire::Role::Worker;
     hello.rank = worker_rank;
     hello.staleness = 2;
+    hello.command = "tether-worker --rank " + std::to_string(worker_rank);
   } else if (kind == 3) {
     hello.role = wire::Role::Shard;
     hello.shard_id = 1;
     hello.address = "127.0.0.1:7071";
+    hello.command = "tether-server --shard-id 1";
   }
   return MakeHelloFrame(hello);
 }

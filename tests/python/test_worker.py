@@ -7,6 +7,7 @@ tether.Error subclasses carrying their code and the server's message."""
 import json
 import math
 import re
+import shlex
 import signal
 import time
 import urllib.error
@@ -402,3 +403,41 @@ def test_errors_carry_code_and_message(cluster):
     finally:
         a.close()
         b.close()
+
+
+# --- 6. the command that reproduces the run ---------------------------------
+
+def test_python_workers_say_how_they_were_started(cluster, spawn):
+    """The dashboard's config lists each worker's command line: a
+    `python3 -m tether.worker` process's own (with its --slowdown), and
+    tether.Client's default, this process's command_line()."""
+    run = cluster(shards=1, workers=2, flags=[
+        "--http", "127.0.0.1:0", "--dashboard-interval-ms", "100"] + ADAM)
+    line = run.shards[0].wait_for_line("dashboard at http://", 10)
+    dashboard = re.search(r"dashboard at (http://[^/\s]+)/", line).group(1)
+    worker = python_worker(spawn, run.coordinator, 0, "--epochs", 1,
+                           "--slowdown", 3, "--eval-every", 0, "--quiet")
+    with tether.Client(run.coordinator, rank=1, join_timeout=60) as me:
+        assert me.rank == 1
+        deadline = time.monotonic() + 30
+        while True:
+            status, config = http("GET", f"{dashboard}/api/config")
+            assert status == 200, config
+            commands = {p["process"]: p["command"] for p in config["commands"]}
+            if (commands.get("worker 0") and commands.get("worker 1")) or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    assert list(commands) == ["shard 0", "worker 0", "worker 1"], config
+    # Exactly the argv the worker was started with, shell-quoted.
+    started = shlex.split(commands["worker 0"])
+    assert started == worker.argv, commands["worker 0"]
+    assert started[1:3] == ["-m", "tether.worker"]
+    assert "--slowdown 3" in commands["worker 0"]
+    assert commands["worker 1"] == tether.command_line(), commands["worker 1"]
+    assert "--slowdown" not in commands["worker 1"]
+    lines = config["command"].splitlines()
+    assert lines == [commands["shard 0"] + " &", commands["worker 0"] + " &",
+                     commands["worker 1"] + " &", "wait"], config["command"]
+    # Arguments given instead of sys.argv's, quoted for a shell.
+    assert tether.command_line(["--a", "b c"]).endswith(" --a 'b c'")

@@ -594,7 +594,8 @@ PYBIND11_MODULE(_tether, m) {
       .def(py::init([](const std::string& coordinator, int staleness, int rank,
                        bool observer, std::optional<std::string> auth_key_file,
                        std::optional<std::string> name, int join_timeout_ms,
-                       int reconnect_timeout_ms) {
+                       int reconnect_timeout_ms,
+                       std::optional<std::string> command) {
              ClientOptions o;
              o.coordinator = coordinator;
              o.staleness = staleness;
@@ -604,13 +605,15 @@ PYBIND11_MODULE(_tether, m) {
              o.name = name ? *name : "python";
              o.join_timeout_ms = join_timeout_ms;
              o.reconnect_timeout_ms = reconnect_timeout_ms;
+             if (command) o.command = *command;
              return std::make_unique<PyClient>(std::move(o));
            }),
            py::arg("coordinator"), py::arg("staleness") = 0,
            py::arg("rank") = -1, py::arg("observer") = false,
            py::arg("auth_key_file") = py::none(), py::arg("name") = py::none(),
            py::arg("join_timeout_ms") = 600000,
-           py::arg("reconnect_timeout_ms") = 120000)
+           py::arg("reconnect_timeout_ms") = 120000,
+           py::arg("command") = py::none())
       .def("close", &PyClient::Close)
       .def_property_readonly("closed",
                              [](PyClient& self) {

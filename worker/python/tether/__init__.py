@@ -20,6 +20,8 @@ tether.torch puts any torch.nn.Module on the parameter server.
 """
 
 import collections
+import shlex
+import sys
 import time
 
 import numpy as np
@@ -34,7 +36,7 @@ __all__ = ["Client", "Chunk", "Error", "AuthFailedError", "CancelledError",
            "InvalidArgumentError", "NonFiniteError", "NotFoundError",
            "NotReadyError", "ShapeMismatchError", "StalePushError",
            "TimeoutError", "UnavailableError", "worker_share",
-           "load_fashion_mnist", "load_idx", "wait_seconds"]
+           "load_fashion_mnist", "load_idx", "wait_seconds", "command_line"]
 
 worker_share = _tether.worker_share
 wait_seconds = _tether.wait_seconds
@@ -89,21 +91,46 @@ def _parse_init(init):
     return "provided", 0.0, init
 
 
+def command_line(args=None):
+    """This process's command line, shell-quoted: `python3 -m MODULE ARGS`
+    when it runs a module, `python3 SCRIPT ARGS` when a script, with `args`
+    instead of sys.argv[1:] when given; "" when neither (python3 -c, a
+    console)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    args = sys.argv[1:] if args is None else [str(a) for a in args]
+    if spec is not None and spec.name and spec.name != "__main__":
+        name = spec.name
+        if name.endswith(".__main__"):
+            name = name[:-len(".__main__")]
+        head = [sys.executable, "-m", name]
+    elif sys.argv and sys.argv[0] not in ("", "-c"):
+        head = [sys.executable, sys.argv[0]]
+    else:
+        return ""
+    return shlex.join(head + args)
+
+
 class Client:
     """A worker's (or an observer's) connection to a tether run.
 
     Connecting waits until every worker has joined. `staleness` is this
     worker's SSP bound (0 BSP, -1 fully asynchronous); `rank` -1 lets the
     coordinator pick; observers hold no rank and their pulls never wait.
+    A worker tells the coordinator `command`, how to start it again, which
+    the dashboard lists with the run's other processes (its "Copy command
+    + seeds"); by default this process's command_line(); "" tells nothing.
+    It is shown to whoever reads the dashboard: no secrets in it.
     """
 
     def __init__(self, coordinator, staleness=0, rank=-1, observer=False,
                  auth_key_file=None, name=None, *, join_timeout=600.0,
-                 reconnect_timeout=120.0):
+                 reconnect_timeout=120.0, command=None):
+        if command is None:
+            command = "" if observer else command_line()
         self._c = _tether.Client(coordinator, int(staleness), int(rank),
                                  bool(observer), auth_key_file, name,
                                  int(join_timeout * 1000),
-                                 int(reconnect_timeout * 1000))
+                                 int(reconnect_timeout * 1000), str(command))
         self._shapes = {}
         self._dims = {}
 

@@ -23,6 +23,7 @@ import importlib.util
 import json
 import math
 import os
+import shlex
 import socket
 import sys
 import time
@@ -377,7 +378,8 @@ def set_threads(n):
 
 
 def main(argv=None):
-    a = parse_args(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    a = parse_args(args)
     if a.threads > 0:
         set_threads(a.threads)
     device = torch.device(a.device)
@@ -393,9 +395,13 @@ def main(argv=None):
     shape = input_shape(a.input_shape, features)
     if a.evaluate_only:
         return evaluate_only(a, cls, test, shape, device)
+    # The dashboard lists how to start this worker again.
+    command = shlex.join([sys.executable, "-m", "tether.worker",
+                          *[str(x) for x in args]])
     with tether.Client(a.coordinator, a.staleness, a.rank,
                        auth_key_file=a.auth_key_file,
-                       name=a.name or f"python {a.model}") as client:
+                       name=a.name or f"python {a.model}",
+                       command=command) as client:
         torch.manual_seed(client.seed)
         model = cls(**a.model_args).to(device)
         if client.resume_round >= 0:
