@@ -80,11 +80,10 @@ void Optimizer::Apply(std::span<float> weights, std::span<float> slots,
   (void)Update(w, s, grad, weights, slots, step, lr_scale);
 }
 
-TETHER_VECTOR_CLONES bool Optimizer::Update(std::span<const float> weights,
-                       std::span<const float> slots,
-                       std::span<const float> grad,
-                       std::span<float> out_weights, std::span<float> out_slots,
-                       uint64_t step, float lr_scale) const {
+TETHER_VECTOR_CLONES bool Optimizer::Update(
+    std::span<const float> weights, std::span<const float> slots,
+    std::span<const float> grad, std::span<float> out_weights,
+    std::span<float> out_slots, uint64_t step, float lr_scale) const {
   const size_t n = weights.size();
   assert(grad.size() == n && out_weights.size() == n);
   assert(slots.size() == static_cast<size_t>(slots_per_weight()) * n);
