@@ -94,50 +94,122 @@ TEST(OneDnnBackend, ComputesWhatTheModelReturns) {
   EXPECT_GT(eval->loss_sum, 0);
 }
 
+// The largest |a - b| over every element of two sets of buffers, and the
+// largest |a| (the scale the difference is judged against).
+struct Difference {
+  double worst = 0;
+  double scale = 0;
+};
+Difference Compare(const std::vector<std::vector<float>>& a,
+                   const std::vector<std::vector<float>>& b) {
+  Difference d;
+  for (size_t t = 0; t < a.size(); ++t) {
+    for (size_t i = 0; i < a[t].size(); ++i) {
+      d.worst = std::max(d.worst, double(std::abs(a[t][i] - b[t][i])));
+      d.scale = std::max(d.scale, double(std::abs(a[t][i])));
+    }
+  }
+  return d;
+}
+
+// One training step of both backends on the same weights and batch: the
+// losses and every gradient agree to float accuracy (cuBLAS and oneDNN sum
+// in different orders).
+void ExpectSameStep(FcBackend& cpu, FcBackend& gpu, Case& c, int batch,
+                    const std::string& what) {
+  std::vector<std::vector<float>> gpu_grads = c.grads;
+  auto a = cpu.Step(c.weights, c.x.data(), c.y.data(), batch, c.grads);
+  auto b = gpu.Step(c.weights, c.x.data(), c.y.data(), batch, gpu_grads);
+  ASSERT_TRUE(a.ok()) << what << ": " << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << what << ": " << b.status().ToString();
+  EXPECT_NEAR(*a, *b, 1e-4f * std::max(1.0f, std::abs(*a))) << what;
+  const Difference d = Compare(c.grads, gpu_grads);
+  EXPECT_LE(d.worst, 1e-4 * std::max(1e-2, d.scale)) << what;
+  std::cout << what << ": loss cpu " << *a << " cuda " << *b
+            << ", largest gradient difference " << d.worst << " (largest "
+            << "gradient " << d.scale << ")\n";
+}
+
+void ExpectSameEvaluation(FcBackend& cpu, FcBackend& gpu, Case& c, size_t rows,
+                          const std::string& what) {
+  auto ea = cpu.Evaluate(c.weights, c.x.data(), c.y.data(), rows);
+  auto eb = gpu.Evaluate(c.weights, c.x.data(), c.y.data(), rows);
+  ASSERT_TRUE(ea.ok() && eb.ok()) << what << ": " << eb.status().ToString();
+  EXPECT_EQ(ea->rows, int64_t(rows)) << what;
+  EXPECT_EQ(eb->rows, int64_t(rows)) << what;
+  EXPECT_EQ(ea->correct, eb->correct) << what;
+  EXPECT_NEAR(ea->loss_sum, eb->loss_sum, 1e-4 * std::max(1.0, ea->loss_sum))
+      << what;
+  std::cout << what << ": correct cpu " << ea->correct << " cuda "
+            << eb->correct << " of " << rows << ", loss sum cpu "
+            << ea->loss_sum << " cuda " << eb->loss_sum << "\n";
+}
+
 // On a machine with a GPU (tools/gpu-check runs this there): the CUDA
-// backend's loss, gradients and evaluation match the CPU's. Elsewhere:
-// kUnavailable saying why, which is what `--device cuda` prints.
-void ExpectCudaMatchesCpu(bool mlp) {
-  Case cpu(6, mlp), gpu(6, mlp);
-  auto cuda = MakeCudaBackend(gpu.layers, 8, 0);
+// backend's loss, gradients and evaluation match the CPU's, for a full
+// batch (= max_batch), a partial one and batch 1, with weights changed in
+// place and replaced between steps, and evaluation in several pieces with
+// a partial last one. Elsewhere: kUnavailable saying why, which is what
+// `--device cuda` prints. Returns false when no GPU ran it.
+bool ExpectCudaMatchesCpu(bool mlp, int index = 0) {
+  const int max_batch = 8;
+  Case c(3 * max_batch + 5, mlp);
+  auto cuda = MakeCudaBackend(c.layers, max_batch, index);
   if (!cuda.ok()) {
     EXPECT_EQ(cuda.status().code(), Code::kUnavailable);
     const std::string& why = cuda.status().message();
-    EXPECT_NE(why.find("--device cuda:0"), std::string::npos) << why;
+    EXPECT_NE(why.find("--device cuda:" + std::to_string(index)),
+              std::string::npos)
+        << why;
     std::cout << "CUDA backend unavailable here: " << why << "\n";
-    auto model =
-        MakeSoftmaxRegression(12, 4, 8, 1, Device{Device::Kind::kCuda, 0});
-    ASSERT_FALSE(model.ok());
-    EXPECT_EQ(model.status().message(), why);
-    return;
+    auto model = MakeSoftmaxRegression(12, 4, max_batch, 1,
+                                       Device{Device::Kind::kCuda, index});
+    EXPECT_FALSE(model.ok());
+    if (!model.ok()) EXPECT_EQ(model.status().message(), why);
+    return false;
   }
   std::cout << "CUDA backend: " << (*cuda)->Describe() << "\n";
-  auto onednn = MakeOneDnnBackend(cpu.layers, 8, 1);
-  ASSERT_TRUE(onednn.ok());
-  for (int batch : {6, 3}) {  // full and partial batches
-    auto a = (*onednn)->Step(cpu.weights, cpu.x.data(), cpu.y.data(), batch,
-                             cpu.grads);
-    auto b = (*cuda)->Step(gpu.weights, gpu.x.data(), gpu.y.data(), batch,
-                           gpu.grads);
-    ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
-    EXPECT_NEAR(*a, *b, 1e-4f * std::max(1.0f, std::abs(*a)));
-    double worst = 0;
-    for (size_t t = 0; t < cpu.grads.size(); ++t) {
-      for (size_t i = 0; i < cpu.grads[t].size(); ++i) {
-        worst = std::max(worst,
-                         double(std::abs(cpu.grads[t][i] - gpu.grads[t][i])));
-      }
-    }
-    EXPECT_LT(worst, 1e-5) << "batch " << batch;
-    std::cout << "batch " << batch << ": loss cpu " << *a << " cuda " << *b
-              << ", largest gradient difference " << worst << "\n";
+  auto onednn = MakeOneDnnBackend(c.layers, max_batch, 1);
+  EXPECT_TRUE(onednn.ok());
+  if (!onednn.ok()) return true;
+  FcBackend& cpu = **onednn;
+  FcBackend& gpu = **cuda;
+  for (int batch : {max_batch, 3, 1}) {
+    ExpectSameStep(cpu, gpu, c, batch, "batch " + std::to_string(batch));
   }
-  auto ea = (*onednn)->Evaluate(cpu.weights, cpu.x.data(), cpu.y.data(), 6);
-  auto eb = (*cuda)->Evaluate(gpu.weights, gpu.x.data(), gpu.y.data(), 6);
-  ASSERT_TRUE(ea.ok() && eb.ok());
-  EXPECT_EQ(ea->correct, eb->correct);
-  EXPECT_EQ(ea->rows, eb->rows);
-  EXPECT_NEAR(ea->loss_sum, eb->loss_sum, 1e-3);
+  // Weights changed in place, then replaced by new vectors of the same
+  // size (the host buffers a backend saw before are gone).
+  for (std::vector<float>& w : c.weights) {
+    for (float& v : w) v *= -0.75f;
+  }
+  ExpectSameStep(cpu, gpu, c, max_batch, "weights changed in place");
+  for (std::vector<float>& w : c.weights) {
+    std::vector<float> fresh(w.size());
+    for (size_t i = 0; i < w.size(); ++i) fresh[i] = w[i] * 1.5f + 0.01f;
+    w = std::move(fresh);
+  }
+  ExpectSameStep(cpu, gpu, c, 5, "weights replaced");
+  ExpectSameEvaluation(cpu, gpu, c, c.y.size(),
+                       "evaluation of " + std::to_string(c.y.size()) +
+                           " rows in pieces of " + std::to_string(max_batch));
+  ExpectSameEvaluation(cpu, gpu, c, 1, "evaluation of 1 row");
+
+  // Refused without touching the device's state: the next step still works.
+  auto too_big =
+      gpu.Step(c.weights, c.x.data(), c.y.data(), max_batch + 1, c.grads);
+  EXPECT_EQ(too_big.status().code(), Code::kInvalidArgument);
+  auto zero = gpu.Step(c.weights, c.x.data(), c.y.data(), 0, c.grads);
+  EXPECT_EQ(zero.status().code(), Code::kInvalidArgument);
+  std::vector<std::vector<float>> short_weights = c.weights;
+  short_weights.front().pop_back();
+  auto wrong = gpu.Step(short_weights, c.x.data(), c.y.data(), 2, c.grads);
+  EXPECT_EQ(wrong.status().code(), Code::kInvalidArgument);
+  std::vector<int32_t> bad_labels = c.y;
+  bad_labels[1] = 99;
+  auto bad = gpu.Step(c.weights, c.x.data(), bad_labels.data(), 4, c.grads);
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  ExpectSameStep(cpu, gpu, c, 4, "after refused calls");
+  return true;
 }
 
 TEST(CudaBackend, MatchesTheCpuBackendOrSaysWhyItCannotRun) {
@@ -149,6 +221,96 @@ TEST(CudaBackend, MatchesTheCpuBackendOrSaysWhyItCannotRun) {
     SCOPED_TRACE("softmax");
     ExpectCudaMatchesCpu(false);
   }
+}
+
+// The real MLP of tether-worker --model mlp (784-256-128-10, batch 64):
+// sums over 784 and 256 terms, where summation order shows if anywhere.
+TEST(CudaBackend, MatchesTheCpuOnTheRealMlpSizes) {
+  const std::vector<FcLayer> layers = {{"fc1", 784, 256, true},
+                                       {"fc2", 256, 128, true},
+                                       {"fc3", 128, 10, false}};
+  auto cuda = MakeCudaBackend(layers, 64, 0);
+  if (!cuda.ok()) {
+    std::cout << "CUDA backend unavailable here: " << cuda.status().message()
+              << "\n";
+    EXPECT_EQ(cuda.status().code(), Code::kUnavailable);
+    return;
+  }
+  auto onednn = MakeOneDnnBackend(layers, 64, 1);
+  ASSERT_TRUE(onednn.ok());
+  Case c(1, true);  // replaced below
+  c.layers = layers;
+  c.weights.clear();
+  c.grads.clear();
+  std::mt19937 rng(5);
+  for (const FcLayer& l : layers) {
+    const float scale = std::sqrt(6.0f / float(l.in + l.out));
+    std::uniform_real_distribution<float> u(-scale, scale);
+    for (size_t n : {size_t(l.out) * l.in, size_t(l.out)}) {
+      std::vector<float> w(n);
+      for (float& v : w) v = u(rng);
+      c.weights.push_back(std::move(w));
+      c.grads.emplace_back(n, 0.0f);
+    }
+  }
+  std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+  c.x.resize(64 * 784);
+  for (float& v : c.x) v = pixel(rng);
+  c.y.clear();
+  for (int r = 0; r < 64; ++r) c.y.push_back(r % 10);
+  ExpectSameStep(**onednn, **cuda, c, 64, "784-256-128-10, batch 64");
+  ExpectSameEvaluation(**onednn, **cuda, c, 64, "784-256-128-10 evaluation");
+}
+
+// Where the machine has several GPUs: device 1 computes what the CPU does;
+// with one, asking for device 1 names how many there are.
+TEST(CudaBackend, ADeviceAboveZeroWorksOrIsNamedMissing) {
+  Case c(4);
+  auto first = MakeCudaBackend(c.layers, 8, 0);
+  if (!first.ok()) {
+    std::cout << "CUDA backend unavailable here: " << first.status().message()
+              << "\n";
+    return;  // no GPU: MatchesTheCpuBackendOrSaysWhyItCannotRun covers this
+  }
+  auto second = MakeCudaBackend(c.layers, 8, 1);
+  if (!second.ok()) {
+    EXPECT_EQ(second.status().code(), Code::kUnavailable);
+    EXPECT_NE(second.status().message().find("no such device (1 CUDA device)"),
+              std::string::npos)
+        << second.status().message();
+    std::cout << "one GPU: " << second.status().message() << "\n";
+    return;
+  }
+  SCOPED_TRACE("device 1");
+  EXPECT_TRUE(ExpectCudaMatchesCpu(true, 1));
+}
+
+// What needs no GPU is refused before CUDA is loaded, the same on every
+// machine: bad layer stacks, a negative index, and a last layer with ReLU
+// (the CUDA backend takes the loss on the last layer's pre-activations).
+TEST(CudaBackend, RefusesBadLayersAndALastReluNamingThem) {
+  auto refused = [](std::vector<FcLayer> layers, int max_batch, int index,
+                    const std::string& says) {
+    auto b = MakeCudaBackend(std::move(layers), max_batch, index);
+    ASSERT_FALSE(b.ok()) << says;
+    EXPECT_EQ(b.status().code(), Code::kInvalidArgument)
+        << b.status().message();
+    EXPECT_NE(b.status().message().find(says), std::string::npos)
+        << b.status().message();
+  };
+  refused({{"fc1", 4, 3, true}, {"fc2", 3, 2, true}}, 8, 0,
+          "the last layer (fc2) has ReLU");
+  refused({{"fc1", 4, 3, true}, {"fc2", 5, 2, false}}, 8, 0,
+          "layer fc2 takes 5 inputs but layer fc1 gives 3");
+  refused({}, 8, 0, "no layers");
+  refused({{"fc1", 4, 0, false}}, 8, 0, "layer fc1 is [0, 4]");
+  refused({{"fc1", 4, 3, false}}, 0, 0, "max_batch must be >= 1");
+  refused({{"fc1", 4, 3, false}}, 8, -1, "negative device index");
+  // The CPU backend refuses the same stacks the same way.
+  auto cpu =
+      MakeOneDnnBackend({{"fc1", 4, 3, true}, {"fc2", 5, 2, false}}, 8, 1);
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_NE(cpu.status().message().find("takes 5 inputs"), std::string::npos);
 }
 
 }  // namespace

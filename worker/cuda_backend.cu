@@ -3,16 +3,17 @@
 // --device cuda (so CPU-only processes never load CUDA): cuBLAS for the fully
 // connected layers, small grid-stride kernels for bias, ReLU and the
 // log-softmax cross-entropy. Every device buffer is allocated once for
-// max_batch rows; the host parameter and gradient buffers are pinned the
-// first time they are seen. Computes what the oneDNN backend computes.
+// max_batch rows, and so are page-locked host staging buffers that every
+// copy goes through (the caller's vectors may be replaced or freed between
+// calls; ours stay). Computes what the oneDNN backend computes.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -146,12 +147,55 @@ class DeviceArray {
   T* p_ = nullptr;
 };
 
+// A page-locked host allocation of T (cudaMallocHost), or pageable memory
+// when page-locking fails; freed on destruction.
+template <typename T>
+class HostArray {
+ public:
+  HostArray() = default;
+  HostArray(const HostArray&) = delete;
+  HostArray& operator=(const HostArray&) = delete;
+  HostArray(HostArray&& other) noexcept
+      : p_(std::exchange(other.p_, nullptr)),
+        pinned_(other.pinned_),
+        fallback_(std::move(other.fallback_)) {}
+  ~HostArray() {
+    if (pinned_ && p_ != nullptr) cudaFreeHost(p_);
+  }
+
+  // False when the memory is pageable (cudaMallocHost failed: *why says
+  // why); copies then still work, synchronously.
+  bool Allocate(size_t n, std::string* why) {
+    if (cudaMallocHost(reinterpret_cast<void**>(&p_), n * sizeof(T)) ==
+        cudaSuccess) {
+      pinned_ = true;
+      return true;
+    }
+    *why = CudaErrorText(cudaGetLastError());
+    fallback_ = std::make_unique<T[]>(n);
+    p_ = fallback_.get();
+    pinned_ = false;
+    return false;
+  }
+  T* get() const { return p_; }
+
+ private:
+  static std::string CudaErrorText(cudaError_t e) {
+    return cudaGetErrorString(e);
+  }
+  T* p_ = nullptr;
+  bool pinned_ = false;
+  std::unique_ptr<T[]> fallback_;
+};
+
 // The device buffers of one layer, for max_batch rows.
 struct LayerBuffers {
   DeviceArray<float> w, b;    // [out, in], [out]
   DeviceArray<float> z, dz;   // [max_batch, out], pre-activation
   DeviceArray<float> a, da;   // [max_batch, out], ReLU layers only
   DeviceArray<float> dw, db;  // gradients of w and b
+  // Host staging of w, b (in) and dw, db (out).
+  HostArray<float> host_w, host_b, host_dw, host_db;
 };
 
 std::string CudaError(cudaError_t e) { return cudaGetErrorString(e); }
@@ -171,7 +215,6 @@ class CudaFcBackend final : public FcBackend {
   ~CudaFcBackend() override {
     cudaSetDevice(index_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-    for (void* p : registered_) cudaHostUnregister(p);
     if (handle_ != nullptr) cublasDestroy(handle_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (host_scalars_ != nullptr) cudaFreeHost(host_scalars_);
@@ -229,19 +272,57 @@ class CudaFcBackend final : public FcBackend {
       for (const auto& [array, n] : allocs) {
         TETHER_RETURN_IF_ERROR(Check(array->Allocate(n), "cudaMalloc", layer));
       }
+      StageOnHost(&B.host_w, params);
+      StageOnHost(&B.host_dw, params);
+      StageOnHost(&B.host_b, size_t(d.out));
+      StageOnHost(&B.host_db, size_t(d.out));
     }
+    StageOnHost(&host_x_, rows * features_);
+    StageOnHost(&host_y_, rows);
     FillKernel<<<Blocks(rows), kThreads, 0, stream_>>>(ones_.get(), rows, 1.0f);
     TETHER_RETURN_IF_ERROR(Check(cudaGetLastError(), "FillKernel", dev));
     return Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize", dev);
   }
 
+  // Says whether the host staging buffers are page-locked.
   std::string Describe() const override {
-    return "cuda:" + std::to_string(index_) + " (" + name_ + ")";
+    return "cuda:" + std::to_string(index_) + " (" + name_ + ", " +
+           (pageable_why_.empty()
+                ? std::string("page-locked host buffers")
+                : "pageable host buffers: cudaMallocHost: " + pageable_why_) +
+           ")";
   }
 
   Result<float> Step(const std::vector<std::vector<float>>& weights,
                      const float* x, const int32_t* y, int batch,
                      std::vector<std::vector<float>>& grads) override {
+    return Drained(StepOnStream(weights, x, y, batch, grads));
+  }
+
+  Result<EvalResult> Evaluate(const std::vector<std::vector<float>>& weights,
+                              const float* x, const int32_t* y,
+                              size_t rows) override {
+    return Drained(EvaluateOnStream(weights, x, y, rows));
+  }
+
+ private:
+  // A failed call leaves nothing in flight: the stream is waited for (so
+  // no copy still reads or writes the caller's buffers, or ours) and the
+  // runtime's last error cleared, so the next call does not inherit it.
+  template <typename T>
+  T Drained(T result) {
+    if (!result.ok()) {
+      cudaStreamSynchronize(stream_);
+      cudaGetLastError();
+    }
+    return result;
+  }
+
+  Result<float> StepOnStream(const std::vector<std::vector<float>>& weights,
+                             const float* x, const int32_t* y, int batch,
+                             std::vector<std::vector<float>>& grads) {
+    // An error an earlier call left behind is not this step's.
+    cudaGetLastError();
     if (batch < 1 || batch > max_batch_) {
       return InvalidArgument("batch " + std::to_string(batch) +
                              " is outside [1, " + std::to_string(max_batch_) +
@@ -251,8 +332,6 @@ class CudaFcBackend final : public FcBackend {
     TETHER_RETURN_IF_ERROR(CheckSizes(grads, "grads"));
     TETHER_RETURN_IF_ERROR(Check(cudaSetDevice(index_), "cudaSetDevice",
                                  "cuda:" + std::to_string(index_)));
-    for (const std::vector<float>& w : weights) PinOnce(w.data(), w.size());
-    for (const std::vector<float>& g : grads) PinOnce(g.data(), g.size());
 
     TETHER_RETURN_IF_ERROR(
         Check(cudaMemsetAsync(scalars_.get(), 0, sizeof(Scalars), stream_),
@@ -265,25 +344,32 @@ class CudaFcBackend final : public FcBackend {
 
     for (size_t l = 0; l < layers_.size(); ++l) {
       const std::string layer = "layer " + layers_[l].name;
-      TETHER_RETURN_IF_ERROR(ToHost(grads[2 * l].data(), buffers_[l].dw.get(),
-                                    grads[2 * l].size(), layer));
-      TETHER_RETURN_IF_ERROR(ToHost(grads[2 * l + 1].data(),
-                                    buffers_[l].db.get(),
-                                    grads[2 * l + 1].size(), layer));
+      LayerBuffers& B = buffers_[l];
+      TETHER_RETURN_IF_ERROR(
+          ToHost(B.host_dw.get(), B.dw.get(), grads[2 * l].size(), layer));
+      TETHER_RETURN_IF_ERROR(
+          ToHost(B.host_db.get(), B.db.get(), grads[2 * l + 1].size(), layer));
     }
-    TETHER_RETURN_IF_ERROR(FinishScalars());
+    TETHER_RETURN_IF_ERROR(FinishScalars());  // waits for the stream
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const LayerBuffers& B = buffers_[l];
+      std::memcpy(grads[2 * l].data(), B.host_dw.get(),
+                  grads[2 * l].size() * sizeof(float));
+      std::memcpy(grads[2 * l + 1].data(), B.host_db.get(),
+                  grads[2 * l + 1].size() * sizeof(float));
+    }
     return float(host_scalars_->loss_sum / batch);
   }
 
-  Result<EvalResult> Evaluate(const std::vector<std::vector<float>>& weights,
-                              const float* x, const int32_t* y,
-                              size_t rows) override {
+  Result<EvalResult> EvaluateOnStream(
+      const std::vector<std::vector<float>>& weights, const float* x,
+      const int32_t* y, size_t rows) {
+    cudaGetLastError();
     EvalResult result;
     if (rows == 0) return result;
     TETHER_RETURN_IF_ERROR(CheckSizes(weights, "weights"));
     TETHER_RETURN_IF_ERROR(Check(cudaSetDevice(index_), "cudaSetDevice",
                                  "cuda:" + std::to_string(index_)));
-    for (const std::vector<float>& w : weights) PinOnce(w.data(), w.size());
 
     TETHER_RETURN_IF_ERROR(
         Check(cudaMemsetAsync(scalars_.get(), 0, sizeof(Scalars), stream_),
@@ -291,6 +377,12 @@ class CudaFcBackend final : public FcBackend {
     TETHER_RETURN_IF_ERROR(CopyWeights(weights));
     for (size_t start = 0; start < rows; start += size_t(max_batch_)) {
       const int n = int(std::min(rows - start, size_t(max_batch_)));
+      if (start > 0) {
+        // The staging buffer is about to be refilled: the last piece's
+        // copy out of it must be done.
+        TETHER_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream_),
+                                     "cudaStreamSynchronize", "input"));
+      }
       TETHER_RETURN_IF_ERROR(
           CopyInput(x + start * size_t(features_), y + start, n));
       TETHER_RETURN_IF_ERROR(Forward(n));
@@ -303,13 +395,14 @@ class CudaFcBackend final : public FcBackend {
     return result;
   }
 
- private:
   // `subject`: "layer fc1", "input", "cuda:0".
   static Status Check(cudaError_t e, const char* call,
                       const std::string& subject) {
     if (e == cudaSuccess) return Status::Ok();
     return Internal(std::string("CUDA ") + call + " for " + subject + ": " +
-                    CudaError(e));
+                    CudaError(e) +
+                    " (CUDA reports errors of asynchronous work late: it may "
+                    "come from an earlier operation on this stream)");
   }
 
   static Status CheckBlas(cublasStatus_t s, const char* call,
@@ -340,18 +433,13 @@ class CudaFcBackend final : public FcBackend {
     return Status::Ok();
   }
 
-  // Page-locks a host buffer the first time it is seen, so its copies run
-  // asynchronously. A failure (e.g. registered elsewhere already) is not an
-  // error: the copies then go through pageable memory.
-  void PinOnce(const float* p, size_t n) {
-    if (p == nullptr || n == 0) return;
-    if (!pinned_seen_.emplace(p, n).second) return;
-    void* ptr = const_cast<float*>(p);
-    if (cudaHostRegister(ptr, n * sizeof(float), cudaHostRegisterDefault) ==
-        cudaSuccess) {
-      registered_.push_back(ptr);
-    } else {
-      cudaGetLastError();
+  // Page-locked staging for a host buffer of n floats; pageable memory,
+  // remembered for Describe, when page-locking fails.
+  template <typename T>
+  void StageOnHost(HostArray<T>* array, size_t n) {
+    std::string why;
+    if (!array->Allocate(n, &why) && pageable_why_.empty()) {
+      pageable_why_ = why;
     }
   }
 
@@ -372,23 +460,30 @@ class CudaFcBackend final : public FcBackend {
   Status CopyWeights(const std::vector<std::vector<float>>& weights) {
     for (size_t l = 0; l < layers_.size(); ++l) {
       const std::string layer = "layer " + layers_[l].name;
-      TETHER_RETURN_IF_ERROR(ToDevice(buffers_[l].w.get(),
-                                      weights[2 * l].data(),
-                                      weights[2 * l].size(), layer));
-      TETHER_RETURN_IF_ERROR(ToDevice(buffers_[l].b.get(),
-                                      weights[2 * l + 1].data(),
+      LayerBuffers& B = buffers_[l];
+      std::memcpy(B.host_w.get(), weights[2 * l].data(),
+                  weights[2 * l].size() * sizeof(float));
+      std::memcpy(B.host_b.get(), weights[2 * l + 1].data(),
+                  weights[2 * l + 1].size() * sizeof(float));
+      TETHER_RETURN_IF_ERROR(
+          ToDevice(B.w.get(), B.host_w.get(), weights[2 * l].size(), layer));
+      TETHER_RETURN_IF_ERROR(ToDevice(B.b.get(), B.host_b.get(),
                                       weights[2 * l + 1].size(), layer));
     }
     return Status::Ok();
   }
 
-  // x and y change every call, so they are copied from pageable memory.
+  // Through the staging buffers, whose previous contents the stream no
+  // longer reads (callers wait for it between uses).
   Status CopyInput(const float* x, const int32_t* y, int rows) {
+    std::memcpy(host_x_.get(), x, size_t(rows) * features_ * sizeof(float));
+    std::memcpy(host_y_.get(), y, size_t(rows) * sizeof(int32_t));
     TETHER_RETURN_IF_ERROR(
-        ToDevice(x_.get(), x, size_t(rows) * features_, "input"));
-    return Check(cudaMemcpyAsync(y_.get(), y, size_t(rows) * sizeof(int32_t),
-                                 cudaMemcpyHostToDevice, stream_),
-                 "cudaMemcpyAsync", "input");
+        ToDevice(x_.get(), host_x_.get(), size_t(rows) * features_, "input"));
+    return Check(
+        cudaMemcpyAsync(y_.get(), host_y_.get(), size_t(rows) * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync", "input");
   }
 
   // The rows x in input of layer l: x, or the previous layer's output.
@@ -504,35 +599,17 @@ class CudaFcBackend final : public FcBackend {
   DeviceArray<Scalars> scalars_;
   std::vector<LayerBuffers> buffers_;  // per layer
 
-  std::set<std::pair<const void*, size_t>> pinned_seen_;  // tried to pin
-  std::vector<void*> registered_;                         // pinned by us
+  HostArray<float> host_x_;    // staging of x
+  HostArray<int32_t> host_y_;  // staging of y
+  std::string pageable_why_;   // "" when all staging is page-locked
 };
 
 }  // namespace
 
 Result<std::unique_ptr<FcBackend>> MakeCudaBackendHere(
     std::vector<FcLayer> layers, int max_batch, int index) {
-  if (layers.empty()) return InvalidArgument("no layers");
-  if (max_batch < 1) {
-    return InvalidArgument("max_batch must be >= 1, got " +
-                           std::to_string(max_batch));
-  }
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const FcLayer& d = layers[l];
-    if (d.in < 1 || d.out < 1) {
-      return InvalidArgument("layer " + d.name + " is [" +
-                             std::to_string(d.out) + ", " +
-                             std::to_string(d.in) + "]; both must be >= 1");
-    }
-    if (l > 0 && d.in != layers[l - 1].out) {
-      return InvalidArgument("layer " + d.name + " takes " +
-                             std::to_string(d.in) + " inputs but layer " +
-                             layers[l - 1].name + " gives " +
-                             std::to_string(layers[l - 1].out));
-    }
-  }
+  // The loader (worker/cuda_loader.cc) checked the layers and the index.
   const std::string dev = "--device cuda:" + std::to_string(index);
-  if (index < 0) return InvalidArgument(dev + ": negative device index");
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -555,10 +632,19 @@ Result<std::unique_ptr<FcBackend>> MakeCudaBackendHere(
 
 }  // namespace tether
 
+// What the loader compares with its own before using this module.
+extern "C" const char* tether_cuda_module_version() {
+  static const std::string version = std::string(TETHER_VERSION) + "/fc" +
+                                     std::to_string(tether::kFcBackendRevision);
+  return version.c_str();
+}
+
 // The entry point worker/cuda_loader.cc looks up after loading this module.
 extern "C" void tether_make_cuda_backend(
     const tether::FcLayer* layers, size_t count, int max_batch, int index,
     tether::Result<std::unique_ptr<tether::FcBackend>>* out) {
-  *out = tether::MakeCudaBackendHere(
-      std::vector<tether::FcLayer>(layers, layers + count), max_batch, index);
+  // (void): the assignment's Result& is not a result to check.
+  static_cast<void>(*out = tether::MakeCudaBackendHere(
+                        std::vector<tether::FcLayer>(layers, layers + count),
+                        max_batch, index));
 }

@@ -2,11 +2,14 @@
 // from worker/cuda_backend.cu where CMake finds the CUDA toolkit) on first
 // use, so that a worker on the CPU, and every tool and test, never loads the
 // CUDA runtime or cuBLAS. The module is looked for next to the running
-// executable, then one directory up (tests/), then on the loader's path.
+// executable, then one directory up (tests/), then on the loader's path; it
+// must come from the same build (tether_cuda_module_version).
 #include <dlfcn.h>
 
 #include <filesystem>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "worker/fc_backend.h"
 
@@ -15,7 +18,15 @@ namespace {
 
 using Factory = void (*)(const FcLayer*, size_t, int, int,
                          Result<std::unique_ptr<FcBackend>>*);
+using VersionFn = const char* (*)();
 constexpr char kModule[] = "libtether_cuda.so";
+
+// The release and interface revision this program was built with; the
+// module reports its own (tether_cuda_module_version).
+std::string ExpectedVersion() {
+  return std::string(TETHER_VERSION) + "/fc" +
+         std::to_string(kFcBackendRevision);
+}
 
 // The factory, or why there is none. Loaded once; never unloaded (the
 // backends it makes run its code).
@@ -31,13 +42,28 @@ Result<Factory> LoadFactory() {
       candidates.push_back(
           (exe.parent_path().parent_path() / kModule).string());
     }
-    candidates.push_back(kModule);
-    std::string why;
+    std::string not_found;
     for (const std::string& path : candidates) {
+      if (!std::filesystem::exists(path, ec)) continue;
+      // Found: from here on, any failure says what is wrong with it.
       void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (handle == nullptr) {
-        if (why.empty()) why = dlerror();
-        continue;
+        factory =
+            Status(Code::kUnavailable,
+                   "found " + path + " but could not load it: " + dlerror() +
+                       " (the CUDA runtime and cuBLAS it was built "
+                       "with must be installed)");
+        return;
+      }
+      auto* version = reinterpret_cast<VersionFn>(
+          dlsym(handle, "tether_cuda_module_version"));
+      const std::string theirs = version ? version() : "(none)";
+      if (theirs != ExpectedVersion()) {
+        factory = Status(Code::kUnavailable,
+                         path + " is from another build (version " + theirs +
+                             ", this program " + ExpectedVersion() +
+                             "): rebuild both");
+        return;
       }
       auto* make =
           reinterpret_cast<Factory>(dlsym(handle, "tether_make_cuda_backend"));
@@ -49,9 +75,29 @@ Result<Factory> LoadFactory() {
       factory = make;
       return;
     }
-    factory = Status(Code::kUnavailable,
-                     "this build has no CUDA backend (" + why +
-                         "; CMake builds it where it finds the CUDA toolkit)");
+    // Not next to the program: the loader's path, for an installed one.
+    void* handle = dlopen(kModule, RTLD_NOW | RTLD_LOCAL);
+    if (handle != nullptr) {
+      auto* version = reinterpret_cast<VersionFn>(
+          dlsym(handle, "tether_cuda_module_version"));
+      auto* make =
+          reinterpret_cast<Factory>(dlsym(handle, "tether_make_cuda_backend"));
+      if (version != nullptr && make != nullptr &&
+          version() == ExpectedVersion()) {
+        factory = make;
+        return;
+      }
+      factory = Status(Code::kUnavailable,
+                       std::string("the ") + kModule +
+                           " on the loader's path is from another build");
+      return;
+    }
+    factory =
+        Status(Code::kUnavailable,
+               std::string("this build has no CUDA backend (no ") + kModule +
+                   " next to the program; CMake builds it where it "
+                   "finds the CUDA toolkit and a GPU, or with "
+                   "-DTETHER_CUDA=ON)");
   });
   return factory;
 }
@@ -60,6 +106,17 @@ Result<Factory> LoadFactory() {
 
 Result<std::unique_ptr<FcBackend>> MakeCudaBackend(std::vector<FcLayer> layers,
                                                    int max_batch, int index) {
+  // What needs no GPU is checked before CUDA is loaded.
+  const std::string dev = "--device cuda:" + std::to_string(index);
+  if (index < 0) return InvalidArgument(dev + ": negative device index");
+  if (Status s = CheckFcLayers(layers, max_batch); !s.ok()) {
+    return InvalidArgument(dev + ": " + s.message());
+  }
+  if (layers.back().relu) {
+    return InvalidArgument(dev + ": the last layer (" + layers.back().name +
+                           ") has ReLU; the CUDA backend takes the loss on "
+                           "the last layer's outputs before any activation");
+  }
   Result<Factory> make = LoadFactory();
   if (!make.ok()) {
     return Unavailable("--device cuda:" + std::to_string(index) + ": " +

@@ -75,10 +75,25 @@ class FcBackend {
 Result<std::unique_ptr<FcBackend>> MakeOneDnnBackend(
     std::vector<FcLayer> layers, int max_batch, int threads);
 
-// CUDA device `index`. kUnavailable when tether was built without the CUDA
-// toolkit or the device does not exist (no GPU, no driver), saying which.
+// CUDA device `index`. kInvalidArgument for layers CheckFcLayers refuses
+// (checked before CUDA is loaded) and for a last layer with ReLU (the CUDA
+// backend takes the loss on the last layer's pre-activations). kUnavailable
+// when tether was built without the CUDA toolkit, when the module is found
+// but cannot be loaded (a missing cuBLAS, another build's module: says
+// which), or when the device does not exist (no GPU, no driver).
 Result<std::unique_ptr<FcBackend>> MakeCudaBackend(std::vector<FcLayer> layers,
                                                    int max_batch, int index);
+
+// kInvalidArgument naming the layer when `layers` is empty, a layer has a
+// size below 1, a layer's input does not match the previous one's output,
+// or max_batch < 1.
+Status CheckFcLayers(const std::vector<FcLayer>& layers, int max_batch);
+
+// What the CUDA module and the program loading it must agree on: the
+// release and this interface's revision (bump it whenever FcLayer,
+// EvalResult, FcBackend or the module's entry point change). The loader
+// refuses a module built with another.
+inline constexpr int kFcBackendRevision = 2;
 
 // The backend for `device`.
 Result<std::unique_ptr<FcBackend>> MakeFcBackend(const Device& device,

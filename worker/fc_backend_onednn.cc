@@ -308,9 +308,7 @@ class OneDnnBackend final : public FcBackend {
 
 Result<std::unique_ptr<FcBackend>> MakeOneDnnBackend(
     std::vector<FcLayer> layers, int max_batch, int threads) {
-  if (layers.empty() || max_batch < 1) {
-    return InvalidArgument("a model needs layers and max_batch >= 1");
-  }
+  TETHER_RETURN_IF_ERROR(CheckFcLayers(layers, max_batch));
   auto backend =
       std::make_unique<OneDnnBackend>(std::move(layers), max_batch, threads);
   TETHER_RETURN_IF_ERROR(backend->Prepare());

@@ -457,13 +457,16 @@ class SparseTrainer {
   float step_loss_ = 0;
 };
 
-Status EvaluateOnly(const TrainerOptions& o, DenseModel& model,
-                    const DenseDataset& test) {
+// An observer's client with `model`'s tensors defined and pulled: the
+// run's current weights.
+Result<std::unique_ptr<Client>> PullAsObserver(const TrainerOptions& o,
+                                               DenseModel& model,
+                                               const std::string& name) {
   ClientOptions co;
   co.coordinator = o.coordinator;
   co.auth_key_file = o.auth_key_file;
   co.observer = true;
-  co.name = "tether-worker --evaluate-only";
+  co.name = name;
   auto client = Client::Connect(co);
   if (!client.ok()) return client.status();
   for (const ParamSpec& spec : model.specs()) {
@@ -471,12 +474,81 @@ Status EvaluateOnly(const TrainerOptions& o, DenseModel& model,
         (*client)->DefineTensor(spec.name, spec.shape, spec.init));
   }
   TETHER_RETURN_IF_ERROR(PullAll(**client, model));
+  return client;
+}
+
+Status EvaluateOnly(const TrainerOptions& o, DenseModel& model,
+                    const DenseDataset& test) {
+  auto client = PullAsObserver(o, model, "tether-worker --evaluate-only");
+  if (!client.ok()) return client.status();
   auto r = model.Evaluate(test.x.data(), test.y.data(), test.rows);
   if (!r.ok()) return r.status();
   std::printf("test accuracy %.4f loss %.4f over %lld rows\n",
               double(r->correct) / std::max<int64_t>(1, r->rows),
               r->loss_sum / std::max<int64_t>(1, r->rows),
               static_cast<long long>(r->rows));
+  return Status::Ok();
+}
+
+// --compare-device: `model` (on --device) and `cpu` (the oneDNN backend)
+// on the run's current weights: one step on the first --batch training
+// rows, and the test set. Float accuracy allows a difference of 1e-4 of
+// the largest gradient, 1e-4 of the loss, and a few test rows whose two
+// best classes are within rounding of each other.
+Status CompareDevices(const TrainerOptions& o, DenseModel& model,
+                      DenseModel& cpu, const DenseDataset& train,
+                      const DenseDataset* test) {
+  auto client = PullAsObserver(o, model, "tether-worker --compare-device");
+  if (!client.ok()) return client.status();
+  cpu.weights() = model.weights();
+  const int batch = int(std::min<size_t>(size_t(o.batch), train.rows));
+  std::printf("compare-device: %s against cpu, on the run's weights\n",
+              model.device().c_str());
+  auto a = model.Step(train.x.data(), train.y.data(), batch);
+  if (!a.ok()) return a.status().WithContext(model.device());
+  auto b = cpu.Step(train.x.data(), train.y.data(), batch);
+  if (!b.ok()) return b.status().WithContext("cpu");
+  double worst = 0, scale = 0;
+  for (size_t t = 0; t < cpu.grads().size(); ++t) {
+    for (size_t i = 0; i < cpu.grads()[t].size(); ++i) {
+      worst = std::max(
+          worst, double(std::abs(model.grads()[t][i] - cpu.grads()[t][i])));
+      scale = std::max(scale, double(std::abs(cpu.grads()[t][i])));
+    }
+  }
+  const bool step_ok =
+      std::abs(*a - *b) <= 1e-4 * std::max(1.0f, std::abs(*b)) &&
+      worst <= 1e-4 * std::max(1e-2, scale);
+  std::printf(
+      "compare-device: one step on %d training rows: loss %.6f vs %.6f, "
+      "largest gradient difference %.3g (largest gradient %.3g): %s\n",
+      batch, *a, *b, worst, scale, step_ok ? "OK" : "DIFFERENT");
+  bool eval_ok = true;
+  if (test != nullptr) {
+    auto ea = model.Evaluate(test->x.data(), test->y.data(), test->rows);
+    if (!ea.ok()) return ea.status().WithContext(model.device());
+    auto eb = cpu.Evaluate(test->x.data(), test->y.data(), test->rows);
+    if (!eb.ok()) return eb.status().WithContext("cpu");
+    eval_ok = std::abs(ea->correct - eb->correct) <= 2 &&
+              std::abs(ea->loss_sum - eb->loss_sum) <=
+                  1e-4 * std::max(1.0, eb->loss_sum);
+    std::printf(
+        "compare-device: test set of %lld rows: accuracy %.2f%% vs %.2f%% "
+        "(%lld vs %lld right), loss %.6f vs %.6f: %s\n",
+        static_cast<long long>(eb->rows),
+        100.0 * double(ea->correct) / double(std::max<int64_t>(1, ea->rows)),
+        100.0 * double(eb->correct) / double(std::max<int64_t>(1, eb->rows)),
+        static_cast<long long>(ea->correct),
+        static_cast<long long>(eb->correct),
+        ea->loss_sum / double(std::max<int64_t>(1, ea->rows)),
+        eb->loss_sum / double(std::max<int64_t>(1, eb->rows)),
+        eval_ok ? "OK" : "DIFFERENT");
+  }
+  std::fflush(stdout);
+  if (!step_ok || !eval_ok) {
+    return Internal("--compare-device: " + model.device() +
+                    " and the CPU differ beyond float accuracy");
+  }
   return Status::Ok();
 }
 
@@ -499,8 +571,10 @@ Status RunTrainer(const TrainerOptions& o) {
       return InvalidArgument("--device " + o.device +
                              ": sparse-lr computes on the CPU only");
     }
-    if (o.evaluate_only) {
-      return InvalidArgument("--evaluate-only: dense models only");
+    if (o.evaluate_only || o.compare_device) {
+      return InvalidArgument(std::string(o.evaluate_only ? "--evaluate-only"
+                                                         : "--compare-device") +
+                             ": dense models only");
     }
     if (o.chunk_rows > 0) {
       return InvalidArgument(
@@ -557,6 +631,14 @@ Status RunTrainer(const TrainerOptions& o) {
     std::fflush(stdout);
   }
   if (o.evaluate_only) return EvaluateOnly(o, **model, *test);
+  if (o.compare_device) {
+    auto cpu =
+        o.model == "mlp"
+            ? MakeMlp(features, *hidden, classes, o.batch, o.threads)
+            : MakeSoftmaxRegression(features, classes, o.batch, o.threads);
+    if (!cpu.ok()) return cpu.status();
+    return CompareDevices(o, **model, **cpu, *train, test ? &*test : nullptr);
+  }
 
   ClientOptions co;
   co.coordinator = o.coordinator;

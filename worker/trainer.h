@@ -34,7 +34,11 @@ struct TrainerOptions {
   // training on a fixed share, so a faster worker trains on more; 0: share.
   int chunk_rows = 0;
   bool evaluate_only = false;  // --evaluate-only: as an observer
-  bool quiet = false;          // --quiet: no progress line
+  // --compare-device: as an observer, the run's weights through --device
+  // and through the CPU backend (one batch's loss and gradients, the test
+  // evaluation); fails when they differ beyond float accuracy.
+  bool compare_device = false;
+  bool quiet = false;  // --quiet: no progress line
   // Not a flag: this process's command line, told to the coordinator
   // (ClientOptions::command).
   std::string command;
