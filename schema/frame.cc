@@ -168,6 +168,8 @@ wire::ErrorCode ToWireCode(Code code) {
       return wire::ErrorCode::NonFinite;
     case Code::kNotReady:
       return wire::ErrorCode::NotReady;
+    case Code::kCorruption:
+      return wire::ErrorCode::Corruption;
     default:
       return wire::ErrorCode::Internal;
   }
@@ -206,6 +208,8 @@ Code FromWireCode(wire::ErrorCode code) {
       return Code::kNonFinite;
     case wire::ErrorCode::NotReady:
       return Code::kNotReady;
+    case wire::ErrorCode::Corruption:
+      return Code::kCorruption;
     default:
       return Code::kInternal;
   }

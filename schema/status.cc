@@ -38,6 +38,8 @@ const char* CodeName(Code code) {
       return "non-finite";
     case Code::kNotReady:
       return "not ready";
+    case Code::kCorruption:
+      return "corruption";
   }
   return "unknown";
 }

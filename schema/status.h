@@ -32,6 +32,8 @@ enum class Code {
   kCancelled,   // the run was stopped
   kNonFinite,   // NaN or Inf where numbers must be finite
   kNotReady,    // a provided tensor's values are not written yet
+  kCorruption,  // stored data (a checkpoint) that does not decode or whose
+                // checksum does not match
 };
 
 // A short lowercase name for `code`, e.g. "invalid argument".
@@ -74,6 +76,9 @@ inline Status ProtocolError(std::string m) {
 }
 inline Status NotFound(std::string m) {
   return {Code::kNotFound, std::move(m)};
+}
+inline Status Corruption(std::string m) {
+  return {Code::kCorruption, std::move(m)};
 }
 inline Status Internal(std::string m) {
   return {Code::kInternal, std::move(m)};

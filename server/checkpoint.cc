@@ -24,6 +24,9 @@
 // Readers look at rounds with a marker only, and check every value's length
 // and the marker's key count. Floats are stored in the machine's byte
 // order, which must be little endian (checked at compile time).
+//
+// The keys are made and taken apart in checkpoint_keys.cc, the JSON values
+// encoded and decoded in checkpoint_codec.cc; this file is the store.
 #include "server/checkpoint.h"
 
 #include <fcntl.h>
@@ -37,26 +40,37 @@
 
 #include <algorithm>
 #include <bit>
-#include <boost/json.hpp>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
-#include <type_traits>
 #include <utility>
 
 #include "schema/log.h"
+#include "server/checkpoint_codec.h"
+#include "server/checkpoint_keys.h"
 #include "server/optimizer.h"
 
 namespace tether {
-namespace {
 
-namespace json = boost::json;
+using checkpoint::BlockKey;
+using checkpoint::DataKey;
+using checkpoint::kAnnouncedTag;
+using checkpoint::kBlockKind;
+using checkpoint::kHeaderTag;
+using checkpoint::kMarkerTag;
+using checkpoint::kMaxRound;
+using checkpoint::kRecordPrefix;
+using checkpoint::MetaKey;
+using checkpoint::RecordKey;
+using checkpoint::RoundKey;
+using checkpoint::RowKey;
+
+namespace {
 
 static_assert(std::endian::native == std::endian::little,
               "checkpoints store floats as little-endian bytes");
@@ -64,281 +78,14 @@ static_assert(std::endian::native == std::endian::little,
 constexpr const char* kMetaFamily = "meta";
 constexpr const char* kWeightsFamily = "weights";
 constexpr const char* kSlotsFamily = "slots";
-constexpr int kFormat = 1;
-
 // A round is written in batches of about this many bytes: memory stays
 // bounded next to the snapshot's own copy, and each batch is one WAL record
 // large enough that per-write costs vanish.
 constexpr size_t kBatchBytes = size_t{8} << 20;
 
-constexpr char kHeaderTag = 'h';
-constexpr char kMarkerTag = 'm';
-constexpr char kAnnouncedTag = 'c';
-constexpr char kBlockKind = 'b';
-constexpr char kRowKind = 'r';
-constexpr const char* kRecordPrefix = "round/";
-constexpr size_t kBlockKeySize = 8 + 1 + 4 + 4;
-constexpr size_t kRowKeySize = 8 + 1 + 4 + 8;
-constexpr int64_t kMaxRound = std::numeric_limits<int64_t>::max() - 1;
-
-void PutBigEndian(std::string* out, uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i) {
-    out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-  }
-}
-
-uint64_t GetBigEndian(const char* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(p[i]);
-  return v;
-}
-
-std::string RoundKey(int64_t round) {
-  std::string k;
-  PutBigEndian(&k, static_cast<uint64_t>(round), 8);
-  return k;
-}
-
-std::string MetaKey(char tag, int64_t round) { return tag + RoundKey(round); }
-
-std::string RecordKey(int64_t round) {
-  char digits[32];
-  std::snprintf(digits, sizeof(digits), "%020lld",
-                static_cast<long long>(round));
-  return kRecordPrefix + std::string(digits);
-}
-
-std::string BlockKey(int64_t round, uint32_t tensor, uint32_t block) {
-  std::string k = RoundKey(round);
-  k.push_back(kBlockKind);
-  PutBigEndian(&k, tensor, 4);
-  PutBigEndian(&k, block, 4);
-  return k;
-}
-
-std::string RowKey(int64_t round, uint32_t table, uint64_t key) {
-  std::string k = RoundKey(round);
-  k.push_back(kRowKind);
-  PutBigEndian(&k, table, 4);
-  PutBigEndian(&k, key, 8);
-  return k;
-}
-
 std::string Hex(const rocksdb::Slice& s) { return s.ToString(/*hex=*/true); }
 
 uint64_t FloatBytes(size_t n) { return uint64_t{n} * sizeof(float); }
-
-// --- JSON --------------------------------------------------------------------
-
-const char* InitKindName(InitSpec::Kind kind) {
-  switch (kind) {
-    case InitSpec::Kind::kZeros:
-      return "zeros";
-    case InitSpec::Kind::kUniform:
-      return "uniform";
-    case InitSpec::Kind::kNormal:
-      return "normal";
-    case InitSpec::Kind::kProvided:
-      return "provided";
-    case InitSpec::Kind::kConstant:
-      return "constant";
-  }
-  return "unknown";
-}
-
-bool ParseInitKind(const std::string& name, InitSpec::Kind* kind) {
-  for (InitSpec::Kind k : {InitSpec::Kind::kZeros, InitSpec::Kind::kUniform,
-                           InitSpec::Kind::kNormal, InitSpec::Kind::kConstant,
-                           InitSpec::Kind::kProvided}) {
-    if (name == InitKindName(k)) {
-      *kind = k;
-      return true;
-    }
-  }
-  return false;
-}
-
-// Reads typed fields of one JSON object, keeping the first problem so that a
-// decoder reads straight through and checks once at the end.
-class Fields {
- public:
-  Fields(const json::value& v, std::string what) : what_(std::move(what)) {
-    object_ = v.if_object();
-    if (object_ == nullptr) Fail("is not a JSON object");
-  }
-
-  template <typename T>
-  T Number(const char* key) {
-    const json::value* v = Find(key);
-    if (v == nullptr) return T{};
-    boost::system::error_code ec;
-    // Through double for floats: every float is a double exactly.
-    if constexpr (std::is_floating_point_v<T>) {
-      const double d = v->to_number<double>(ec);
-      if (!ec) return static_cast<T>(d);
-    } else {
-      const T n = v->to_number<T>(ec);
-      if (!ec) return n;
-    }
-    Fail(std::string("field '") + key + "' is not a number in range");
-    return T{};
-  }
-
-  std::string String(const char* key) {
-    const json::value* v = Find(key);
-    if (v == nullptr) return {};
-    if (!v->is_string()) {
-      Fail(std::string("field '") + key + "' is not a string");
-      return {};
-    }
-    return std::string(v->get_string());
-  }
-
-  const json::array& Array(const char* key) {
-    static const json::array kEmpty;
-    const json::value* v = Find(key);
-    if (v == nullptr) return kEmpty;
-    if (!v->is_array()) {
-      Fail(std::string("field '") + key + "' is not an array");
-      return kEmpty;
-    }
-    return v->get_array();
-  }
-
-  bool Bool(const char* key) {
-    const json::value* v = Find(key);
-    if (v == nullptr) return false;
-    if (!v->is_bool()) {
-      Fail(std::string("field '") + key + "' is not true or false");
-      return false;
-    }
-    return v->get_bool();
-  }
-
-  // Whether a field added after the format's first version is there.
-  bool Has(const char* key) const {
-    return object_ != nullptr && object_->contains(key);
-  }
-
-  // A field added after the format's first version: "" when absent.
-  std::string OptionalString(const char* key) {
-    if (object_ == nullptr || !object_->contains(key)) return {};
-    return String(key);
-  }
-
-  const json::value& Value(const char* key) {
-    static const json::value kNull;
-    const json::value* v = Find(key);
-    return v == nullptr ? kNull : *v;
-  }
-
-  void Fail(const std::string& problem) {
-    if (error_.empty()) error_ = what_ + " " + problem;
-  }
-  bool ok() const { return error_.empty(); }
-  const std::string& error() const { return error_; }
-
- private:
-  const json::value* Find(const char* key) {
-    if (object_ == nullptr) return nullptr;
-    const json::value* v = object_->if_contains(key);
-    if (v == nullptr) Fail(std::string("has no field '") + key + "'");
-    return v;
-  }
-
-  std::string what_;
-  const json::object* object_ = nullptr;
-  std::string error_;
-};
-
-json::value InitToJson(const InitSpec& init) {
-  return json::object{{"kind", InitKindName(init.kind)},
-                      {"scale", static_cast<double>(init.scale)}};
-}
-
-InitSpec InitFromJson(const json::value& v, Fields* parent) {
-  Fields f(v, "init");
-  InitSpec init;
-  const std::string kind = f.String("kind");
-  init.scale = f.Number<float>("scale");
-  if (f.ok() && !ParseInitKind(kind, &init.kind)) {
-    f.Fail("kind '" + kind + "' is unknown");
-  }
-  if (!f.ok()) parent->Fail(f.error());
-  return init;
-}
-
-json::value SettingsToJson(const RunSettings& s) {
-  const OptimizerOptions& o = s.optimizer;
-  return json::object{
-      {"run_id", s.run_id},
-      {"seed", s.seed},
-      {"num_shards", s.num_shards},
-      {"keep_checkpoints", s.keep_checkpoints},
-      {"num_workers", s.num_workers},
-      {"max_staleness", s.max_staleness},
-      {"reject_staleness", s.reject_staleness},
-      {"block_size", s.block_size},
-      {"checkpoint_every", s.checkpoint_every},
-      {"resume_round", s.resume_round},
-      {"worker_timeout_ms", s.worker_timeout_ms},
-      {"heartbeat_ms", s.heartbeat_ms},
-      {"backup_workers", s.backup_workers},
-      {"staleness_lr", s.staleness_lr},
-      {"optimizer", json::object{{"kind", OptimizerName(o.kind)},
-                                 {"lr", static_cast<double>(o.lr)},
-                                 {"momentum", static_cast<double>(o.momentum)},
-                                 {"beta1", static_cast<double>(o.beta1)},
-                                 {"beta2", static_cast<double>(o.beta2)},
-                                 {"epsilon", static_cast<double>(o.epsilon)}}}};
-}
-
-RunSettings SettingsFromJson(const json::value& v, Fields* parent) {
-  Fields f(v, "settings");
-  RunSettings s;
-  s.run_id = f.OptionalString("run_id");
-  s.seed = f.Number<uint64_t>("seed");
-  s.num_shards = f.Number<int>("num_shards");
-  // Fields newer than the first rounds: absent ones keep their defaults.
-  if (f.Has("keep_checkpoints")) {
-    s.keep_checkpoints = f.Number<int>("keep_checkpoints");
-  }
-  if (f.Has("worker_timeout_ms")) {
-    s.worker_timeout_ms = f.Number<int>("worker_timeout_ms");
-  }
-  if (f.Has("heartbeat_ms")) s.heartbeat_ms = f.Number<int>("heartbeat_ms");
-  if (f.Has("backup_workers")) {
-    s.backup_workers = f.Number<int>("backup_workers");
-  }
-  if (f.Has("staleness_lr")) s.staleness_lr = f.Bool("staleness_lr");
-  s.num_workers = f.Number<int>("num_workers");
-  s.max_staleness = f.Number<int>("max_staleness");
-  s.reject_staleness = f.Number<int>("reject_staleness");
-  s.block_size = f.Number<uint32_t>("block_size");
-  s.checkpoint_every = f.Number<int64_t>("checkpoint_every");
-  s.resume_round = f.Number<int64_t>("resume_round");
-  Fields o(f.Value("optimizer"), "optimizer");
-  const std::string kind = o.String("kind");
-  s.optimizer.lr = o.Number<float>("lr");
-  s.optimizer.momentum = o.Number<float>("momentum");
-  s.optimizer.beta1 = o.Number<float>("beta1");
-  s.optimizer.beta2 = o.Number<float>("beta2");
-  s.optimizer.epsilon = o.Number<float>("epsilon");
-  if (o.ok()) {
-    Result<OptimizerKind> k = ParseOptimizerKind(kind);
-    if (k.ok()) {
-      s.optimizer.kind = *k;
-    } else {
-      o.Fail("kind '" + kind + "' is unknown");
-    }
-  }
-  if (!o.ok()) f.Fail(o.error());
-  if (f.ok() && (s.num_shards < 1 || s.block_size < 1)) {
-    f.Fail("has num_shards or block_size below 1");
-  }
-  if (!f.ok()) parent->Fail(f.error());
-  return s;
-}
 
 // The geometry of a dense tensor, from its shape and the block size.
 struct DenseLayout {
@@ -405,148 +152,20 @@ Status CheckFits(const std::string& where, const ShardSnapshot& s) {
   return Status::Ok();
 }
 
-struct HeaderCounts {
-  std::map<uint32_t, uint64_t> blocks;  // by tensor id
-  std::map<uint32_t, uint64_t> rows;    // by table id
-};
+// --- Statuses ---------------------------------------------------------------
 
-std::string HeaderToJson(const ShardSnapshot& s) {
-  json::array tensors;
-  for (const TensorSnapshot& t : s.tensors) {
-    json::array shape;
-    for (uint64_t d : t.shape) shape.push_back(d);
-    tensors.push_back(json::object{{"id", t.id},
-                                   {"name", t.name},
-                                   {"shape", std::move(shape)},
-                                   {"init", InitToJson(t.init)},
-                                   {"blocks", t.blocks.size()}});
-  }
-  json::array tables;
-  for (const TableSnapshot& t : s.tables) {
-    tables.push_back(json::object{{"id", t.id},
-                                  {"name", t.name},
-                                  {"dim", t.dim},
-                                  {"init", InitToJson(t.init)},
-                                  {"rows", t.rows.size()}});
-  }
-  json::array clocks;
-  for (int64_t c : s.worker_clocks) clocks.push_back(c);
-  return json::serialize(json::object{{"format", kFormat},
-                                      {"round", s.round},
-                                      {"shard_id", s.shard_id},
-                                      {"min_clock", s.min_clock},
-                                      {"worker_clocks", std::move(clocks)},
-                                      {"settings", SettingsToJson(s.settings)},
-                                      {"tensors", std::move(tensors)},
-                                      {"tables", std::move(tables)}});
-}
-
-// Decodes a header into `s` (definitions, no data) and the counts of blocks
-// and rows it promises; the problem, or "".
-std::string HeaderFromJson(const std::string& text, ShardSnapshot* s,
-                           HeaderCounts* counts) {
-  boost::system::error_code ec;
-  json::value v = json::parse(text, ec);
-  if (ec) return "header is not JSON (" + ec.message() + ")";
-  Fields f(v, "header");
-  if (f.ok() && f.Number<int>("format") != kFormat) {
-    return "header has an unknown format";
-  }
-  s->round = f.Number<int64_t>("round");
-  s->shard_id = f.Number<int>("shard_id");
-  s->min_clock = f.Number<int64_t>("min_clock");
-  for (const json::value& c : f.Array("worker_clocks")) {
-    boost::system::error_code cec;
-    s->worker_clocks.push_back(c.to_number<int64_t>(cec));
-    if (cec) f.Fail("has a worker clock that is not an integer");
-  }
-  s->settings = SettingsFromJson(f.Value("settings"), &f);
-  for (const json::value& tv : f.Array("tensors")) {
-    Fields t(tv, "tensor");
-    TensorSnapshot ts;
-    ts.id = t.Number<uint32_t>("id");
-    ts.name = t.String("name");
-    for (const json::value& d : t.Array("shape")) {
-      boost::system::error_code dec;
-      ts.shape.push_back(d.to_number<uint64_t>(dec));
-      if (dec) t.Fail("'" + ts.name + "' has a bad shape");
-    }
-    ts.init = InitFromJson(t.Value("init"), &t);
-    const uint64_t blocks = t.Number<uint64_t>("blocks");
-    if (!t.ok()) return t.error();
-    if (!counts->blocks.emplace(ts.id, blocks).second) {
-      return "header defines tensor id " + std::to_string(ts.id) + " twice";
-    }
-    s->tensors.push_back(std::move(ts));
-  }
-  for (const json::value& tv : f.Array("tables")) {
-    Fields t(tv, "table");
-    TableSnapshot ts;
-    ts.id = t.Number<uint32_t>("id");
-    ts.name = t.String("name");
-    ts.dim = t.Number<uint32_t>("dim");
-    ts.init = InitFromJson(t.Value("init"), &t);
-    const uint64_t rows = t.Number<uint64_t>("rows");
-    if (!t.ok()) return t.error();
-    if (ts.dim == 0) return "table '" + ts.name + "' has dim 0";
-    if (!counts->rows.emplace(ts.id, rows).second) {
-      return "header defines table id " + std::to_string(ts.id) + " twice";
-    }
-    s->tables.push_back(std::move(ts));
-  }
-  return f.ok() ? "" : f.error();
-}
-
-std::string RecordToJson(const RoundRecord& r) {
-  json::array workers;
-  for (const WorkerPosition& w : r.workers) {
-    workers.push_back(json::object{{"rank", w.rank},
-                                   {"clock", w.clock},
-                                   {"epoch", w.epoch},
-                                   {"samples", w.samples}});
-  }
-  return json::serialize(json::object{{"format", kFormat},
-                                      {"round", r.round},
-                                      {"clock", r.clock},
-                                      {"unix_ms", r.unix_ms},
-                                      {"bytes", r.bytes},
-                                      {"settings", SettingsToJson(r.settings)},
-                                      {"workers", std::move(workers)}});
-}
-
-std::string RecordFromJson(const std::string& text, RoundRecord* r) {
-  boost::system::error_code ec;
-  json::value v = json::parse(text, ec);
-  if (ec) return "record is not JSON (" + ec.message() + ")";
-  Fields f(v, "record");
-  r->round = f.Number<int64_t>("round");
-  r->clock = f.Number<int64_t>("clock");
-  r->unix_ms = f.Number<int64_t>("unix_ms");
-  r->bytes = f.Number<uint64_t>("bytes");
-  r->settings = SettingsFromJson(f.Value("settings"), &f);
-  for (const json::value& wv : f.Array("workers")) {
-    Fields w(wv, "worker");
-    WorkerPosition p;
-    p.rank = w.Number<int>("rank");
-    p.clock = w.Number<int64_t>("clock");
-    p.epoch = w.Number<int>("epoch");
-    p.samples = w.Number<uint64_t>("samples");
-    if (!w.ok()) f.Fail(w.error());
-    r->workers.push_back(p);
-  }
-  return f.ok() ? "" : f.error();
-}
-
-// --- Statuses
-// ------------------------------------------------------------------
-
+// The one place RocksDB's statuses become tether's: kCorruption for damage
+// RocksDB detects (a checksum mismatch, a damaged file), else kIoError.
 Status IoError(const std::string& where, const std::string& doing,
                const rocksdb::Status& s) {
-  return Status(Code::kIoError, where + ": " + doing + ": " + s.ToString());
+  return Status(s.IsCorruption() ? Code::kCorruption : Code::kIoError,
+                where + ": " + doing + ": " + s.ToString());
 }
 
+// Damage tether's own checks find: a value that does not decode, a key
+// missing or out of place.
 Status Corrupt(const std::string& where, const std::string& problem) {
-  return BadFrame(where + ": corrupt: " + problem);
+  return Corruption(where + ": corrupt: " + problem);
 }
 
 rocksdb::ColumnFamilyOptions DataFamilyOptions() {
@@ -603,12 +222,239 @@ std::vector<rocksdb::ColumnFamilyDescriptor> Families() {
           {kSlotsFamily, DataFamilyOptions()}};
 }
 
+// An open RocksDB with a handle for each of Families(), released in the
+// order RocksDB requires: every handle, then the DB, closed before it is
+// deleted.
+struct OpenDb {
+  std::unique_ptr<rocksdb::DB> db;
+  std::vector<std::unique_ptr<rocksdb::ColumnFamilyHandle>> handles;
+
+  OpenDb() = default;
+  OpenDb(const OpenDb&) = delete;
+  OpenDb& operator=(const OpenDb&) = delete;
+  ~OpenDb() {
+    handles.clear();
+    // Close errors (e.g. a full disk) cannot be acted on here; what was
+    // synced stays.
+    if (db != nullptr) db->Close().PermitUncheckedError();
+  }
+
+  // Opens `dir` (read-only: without the lock, writing nothing). RocksDB's
+  // status; on failure nothing is held.
+  rocksdb::Status Open(const rocksdb::DBOptions& options,
+                       const std::string& dir, bool read_only) {
+    rocksdb::DB* opened = nullptr;
+    std::vector<rocksdb::ColumnFamilyHandle*> opened_handles;
+    rocksdb::Status s =
+        read_only ? rocksdb::DB::OpenForReadOnly(options, dir, Families(),
+                                                 &opened_handles, &opened)
+                  : rocksdb::DB::Open(options, dir, Families(), &opened_handles,
+                                      &opened);
+    db.reset(opened);
+    for (rocksdb::ColumnFamilyHandle* h : opened_handles) {
+      handles.emplace_back(h);
+    }
+    return s;
+  }
+};
+
+// What a round's meta keys say: its header, and the number of keys its
+// marker counted.
+struct RoundMeta {
+  checkpoint::ShardHeader header;
+  uint64_t keys = 0;
+};
+
+// Fills a round's snapshot from its data keys, in key order, checking each
+// against the header: it names a block or row the header defines, and its
+// weights and slots have the lengths the shape (or dim) and the optimizer
+// call for. Every failure is kCorruption naming the round and key.
+class SliceReader {
+ public:
+  SliceReader(std::string where, checkpoint::ShardHeader header)
+      : where_(std::move(where)),
+        snap_(std::move(header.snapshot)),
+        blocks_(std::move(header.blocks)),
+        rows_(std::move(header.rows)) {}
+
+  // Indexes the header's tensors and tables; refuses an unusable shape.
+  Status Start();
+  // Adds the block or row at `key`, whose weights value is `value`; when the
+  // optimizer has slots, takes them from `slots`, an iterator over the
+  // slots family at the same key, and moves it on.
+  Status Add(const rocksdb::Slice& key, const rocksdb::Slice& value,
+             rocksdb::Iterator* slots);
+  // After the last key: the keys read match the marker's count, and the
+  // blocks and rows the header's.
+  Status Finish(uint64_t marker_keys);
+  ShardSnapshot Take() && { return std::move(snap_); }
+
+ private:
+  // Where a key's block or row goes, and its length in weights.
+  struct Target {
+    size_t index = 0;  // into snap_.tensors, or snap_.tables for a row
+    uint64_t len = 0;
+    std::string what;  // e.g. "tensor 'w' block 1 (key 00...)"
+  };
+  Result<Target> Locate(const DataKey& key, const std::string& at) const;
+  Result<std::vector<float>> TakeSlots(const rocksdb::Slice& key,
+                                       const Target& target,
+                                       rocksdb::Iterator* slots);
+
+  const std::string where_;
+  ShardSnapshot snap_;
+  std::map<uint32_t, uint64_t> blocks_;              // promised, by tensor id
+  std::map<uint32_t, uint64_t> rows_;                // promised, by table id
+  std::map<uint32_t, size_t> tensor_of_, table_of_;  // id -> index
+  std::vector<DenseLayout> layouts_;                 // by tensor index
+  size_t slots_per_weight_ = 0;
+  uint64_t keys_ = 1;  // the header's
+};
+
+Status SliceReader::Start() {
+  layouts_.resize(snap_.tensors.size());
+  for (size_t i = 0; i < snap_.tensors.size(); ++i) {
+    const TensorSnapshot& t = snap_.tensors[i];
+    const std::string bad =
+        MakeLayout(t.shape, snap_.settings.block_size, &layouts_[i]);
+    if (!bad.empty()) return Corrupt(where_, "tensor '" + t.name + "': " + bad);
+    tensor_of_[t.id] = i;
+  }
+  for (size_t i = 0; i < snap_.tables.size(); ++i) {
+    table_of_[snap_.tables[i].id] = i;
+  }
+  slots_per_weight_ = Optimizer(snap_.settings.optimizer).slots_per_weight();
+  return Status::Ok();
+}
+
+Result<SliceReader::Target> SliceReader::Locate(const DataKey& key,
+                                                const std::string& at) const {
+  Target target;
+  if (key.kind == kBlockKind) {
+    auto it = tensor_of_.find(key.id);
+    if (it == tensor_of_.end()) {
+      return Corrupt(where_, at + " is for tensor id " +
+                                 std::to_string(key.id) +
+                                 ", which the header does not define");
+    }
+    const uint32_t block = static_cast<uint32_t>(key.index);
+    target.index = it->second;
+    target.what = "tensor '" + snap_.tensors[it->second].name + "' block " +
+                  std::to_string(block) + " (" + at + ")";
+    const DenseLayout& layout = layouts_[it->second];
+    if (block >= layout.num_blocks) {
+      return Corrupt(where_, target.what + " is past the end");
+    }
+    target.len = layout.BlockLen(block);
+    return target;
+  }
+  auto it = table_of_.find(key.id);
+  if (it == table_of_.end()) {
+    return Corrupt(where_, at + " is for table id " + std::to_string(key.id) +
+                               ", which the header does not define");
+  }
+  const TableSnapshot& t = snap_.tables[it->second];
+  target.index = it->second;
+  target.what = "table '" + t.name + "' row " + std::to_string(key.index) +
+                " (" + at + ")";
+  target.len = t.dim;
+  return target;
+}
+
+Result<std::vector<float>> SliceReader::TakeSlots(const rocksdb::Slice& key,
+                                                  const Target& target,
+                                                  rocksdb::Iterator* slots) {
+  // A read error (a checksum mismatch) ends the iterator like the end of
+  // the data would: report the error, not missing slots.
+  if (!slots->Valid() && !slots->status().ok()) {
+    return IoError(where_, "reading optimizer slots", slots->status());
+  }
+  if (!slots->Valid() || slots->key() != key) {
+    return Corrupt(where_, target.what + " has no optimizer slots");
+  }
+  const uint64_t expected = FloatBytes(slots_per_weight_ * target.len);
+  if (slots->value().size() != expected) {
+    return Corrupt(
+        where_, target.what + " has " + std::to_string(slots->value().size()) +
+                    " bytes of slots, expected " + std::to_string(expected));
+  }
+  std::vector<float> values(slots_per_weight_ * target.len);
+  std::memcpy(values.data(), slots->value().data(), slots->value().size());
+  slots->Next();
+  ++keys_;
+  return values;
+}
+
+Status SliceReader::Add(const rocksdb::Slice& key, const rocksdb::Slice& value,
+                        rocksdb::Iterator* slots) {
+  const std::string at = "key " + Hex(key);
+  const std::optional<DataKey> parsed =
+      checkpoint::ParseDataKey(key.ToStringView());
+  if (!parsed) return Corrupt(where_, at + " is not a block or row key");
+  Result<Target> target = Locate(*parsed, at);
+  if (!target.ok()) return target.status();
+  const uint64_t len = target->len;
+  if (value.size() != 8 + FloatBytes(len)) {
+    return Corrupt(
+        where_, target->what + " holds " + std::to_string(value.size()) +
+                    " bytes, expected " + std::to_string(8 + FloatBytes(len)));
+  }
+  std::vector<float> slot_values;
+  if (slots_per_weight_ > 0) {
+    Result<std::vector<float>> taken = TakeSlots(key, *target, slots);
+    if (!taken.ok()) return taken.status();
+    slot_values = std::move(*taken);
+  }
+  uint64_t step = 0;
+  std::memcpy(&step, value.data(), 8);
+  std::vector<float> weights(len);
+  std::memcpy(weights.data(), value.data() + 8, FloatBytes(len));
+  if (parsed->kind == kBlockKind) {
+    TensorSnapshot::Block& b =
+        snap_.tensors[target->index].blocks.emplace_back();
+    b.index = static_cast<uint32_t>(parsed->index);
+    b.step = step;
+    b.weights = std::move(weights);
+    b.slots = std::move(slot_values);
+  } else {
+    snap_.tables[target->index].rows.push_back(
+        {parsed->index, step, std::move(weights), std::move(slot_values)});
+  }
+  ++keys_;
+  return Status::Ok();
+}
+
+Status SliceReader::Finish(uint64_t marker_keys) {
+  if (keys_ != marker_keys) {
+    return Corrupt(where_, std::to_string(keys_) +
+                               " keys found, the marker says " +
+                               std::to_string(marker_keys));
+  }
+  for (const TensorSnapshot& t : snap_.tensors) {
+    if (t.blocks.size() != blocks_[t.id]) {
+      return Corrupt(where_, "tensor '" + t.name + "' has " +
+                                 std::to_string(t.blocks.size()) +
+                                 " blocks, the header says " +
+                                 std::to_string(blocks_[t.id]));
+    }
+  }
+  for (const TableSnapshot& t : snap_.tables) {
+    if (t.rows.size() != rows_[t.id]) {
+      return Corrupt(where_, "table '" + t.name + "' has " +
+                                 std::to_string(t.rows.size()) +
+                                 " rows, the header says " +
+                                 std::to_string(rows_[t.id]));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 struct CheckpointStore::Impl {
   // Constant after Open.
-  rocksdb::DB* db = nullptr;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles;  // as in Families()
+  OpenDb rocks;
+  rocksdb::DB* db() const { return rocks.db.get(); }
   bool read_only = false;
 
   std::mutex mu;
@@ -620,7 +466,7 @@ struct CheckpointStore::Impl {
                rocksdb::WriteBatch* batch, bool sync = false) {
     rocksdb::WriteOptions options;
     options.sync = sync;
-    rocksdb::Status s = db->Write(options, batch);
+    rocksdb::Status s = db()->Write(options, batch);
     if (s.ok()) return Status::Ok();
     std::lock_guard<std::mutex> lock(mu);
     last_write_error = s.ToString();
@@ -630,7 +476,7 @@ struct CheckpointStore::Impl {
   // RocksDB stops taking writes after a failed one (a full disk) until
   // Resume() succeeds, which it does once the cause is gone.
   Status Recover(const std::string& where) {
-    rocksdb::Status s = db->Resume();
+    rocksdb::Status s = db()->Resume();
     if (s.ok()) return Status::Ok();
     std::lock_guard<std::mutex> lock(mu);
     return Status(Code::kIoError,
@@ -639,20 +485,11 @@ struct CheckpointStore::Impl {
                       "); not recovered yet: " + s.ToString());
   }
 
-  rocksdb::ColumnFamilyHandle* meta() const { return handles[1]; }
-  rocksdb::ColumnFamilyHandle* weights() const { return handles[2]; }
-  rocksdb::ColumnFamilyHandle* slots() const { return handles[3]; }
-
-  ~Impl() {
-    if (db == nullptr) return;
-    for (rocksdb::ColumnFamilyHandle* h : handles) {
-      db->DestroyColumnFamilyHandle(h).PermitUncheckedError();
-    }
-    // Close errors (e.g. a full disk) cannot be acted on here; what was
-    // synced stays.
-    db->Close().PermitUncheckedError();
-    delete db;
+  rocksdb::ColumnFamilyHandle* meta() const { return rocks.handles[1].get(); }
+  rocksdb::ColumnFamilyHandle* weights() const {
+    return rocks.handles[2].get();
   }
+  rocksdb::ColumnFamilyHandle* slots() const { return rocks.handles[3].get(); }
 
   // Keys of `tag` | round for rounds in [from, to).
   void DeleteMetaRange(rocksdb::WriteBatch* batch, char tag, int64_t from,
@@ -672,17 +509,74 @@ struct CheckpointStore::Impl {
     }
   }
 
+  // `round`'s header and marker: kNotFound without a marker (the round is
+  // not completely written), kCorruption when they do not decode or the
+  // header is missing or for another round.
+  Result<RoundMeta> ReadMeta(const std::string& where, int64_t round) const {
+    std::string marker, header;
+    rocksdb::Status s = db()->Get(rocksdb::ReadOptions(), meta(),
+                                  MetaKey(kMarkerTag, round), &marker);
+    if (s.IsNotFound()) {
+      return NotFound(where + ": not completely written by this shard");
+    }
+    if (!s.ok()) return IoError(where, "reading the marker", s);
+    s = db()->Get(rocksdb::ReadOptions(), meta(), MetaKey(kHeaderTag, round),
+                  &header);
+    if (s.IsNotFound()) return Corrupt(where, "the header is missing");
+    if (!s.ok()) return IoError(where, "reading the header", s);
+    Result<uint64_t> keys = checkpoint::MarkerKeysFromJson(marker);
+    if (!keys.ok()) return Corrupt(where, keys.status().message());
+    Result<checkpoint::ShardHeader> decoded =
+        checkpoint::HeaderFromJson(header);
+    if (!decoded.ok()) return Corrupt(where, decoded.status().message());
+    if (decoded->snapshot.round != round) {
+      return Corrupt(where, "the header is for round " +
+                                std::to_string(decoded->snapshot.round));
+    }
+    return RoundMeta{std::move(*decoded), *keys};
+  }
+
+  // Every data key of `round` into `reader`. Weights and slots share keys:
+  // both families are walked in step.
+  Status ReadData(const std::string& where, int64_t round,
+                  SliceReader* reader) const {
+    const std::string lower = RoundKey(round), upper = RoundKey(round + 1);
+    rocksdb::Slice upper_slice(upper);
+    rocksdb::ReadOptions ro;
+    ro.iterate_upper_bound = &upper_slice;
+    ro.fill_cache = false;  // read once
+    std::unique_ptr<rocksdb::Iterator> w(db()->NewIterator(ro, weights()));
+    std::unique_ptr<rocksdb::Iterator> sl(db()->NewIterator(ro, slots()));
+    w->Seek(lower);
+    sl->Seek(lower);
+    for (; w->Valid(); w->Next()) {
+      TETHER_RETURN_IF_ERROR(reader->Add(w->key(), w->value(), sl.get()));
+    }
+    if (!w->status().ok()) {
+      return IoError(where, "reading weights", w->status());
+    }
+    if (!sl->status().ok()) {
+      return IoError(where, "reading slots", sl->status());
+    }
+    if (sl->Valid()) {
+      return Corrupt(where,
+                     "key " + Hex(sl->key()) + " has slots but no weights");
+    }
+    return Status::Ok();
+  }
+
   // Rounds with a `tag` key in the meta family, ascending.
   rocksdb::Status RoundsWithTag(char tag, std::vector<int64_t>* rounds) const {
     const std::string upper(1, static_cast<char>(tag + 1));
     rocksdb::ReadOptions ro;
     rocksdb::Slice upper_slice(upper);
     ro.iterate_upper_bound = &upper_slice;
-    std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(ro, meta()));
+    std::unique_ptr<rocksdb::Iterator> it(db()->NewIterator(ro, meta()));
     for (it->Seek(std::string(1, tag)); it->Valid(); it->Next()) {
       const rocksdb::Slice k = it->key();
-      if (k.size() != 9) continue;
-      rounds->push_back(static_cast<int64_t>(GetBigEndian(k.data() + 1, 8)));
+      if (auto round = checkpoint::ParseMetaKey(tag, k.ToStringView())) {
+        rounds->push_back(*round);
+      }
     }
     return it->status();
   }
@@ -824,17 +718,11 @@ Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
     // read-write open below could change a file.
     options.create_if_missing = false;
     options.create_missing_column_families = false;
-    rocksdb::DB* probe = nullptr;
-    std::vector<rocksdb::ColumnFamilyHandle*> handles;
-    rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, dir, Families(),
-                                                     &handles, &probe);
+    OpenDb probe;
+    rocksdb::Status s = probe.Open(options, dir, /*read_only=*/true);
     if (!s.ok()) {
       return IoError(where, "cannot open (nothing was changed)", s);
     }
-    for (rocksdb::ColumnFamilyHandle* h : handles) {
-      probe->DestroyColumnFamilyHandle(h).PermitUncheckedError();
-    }
-    delete probe;
   }
   if (std::string holder = LockHolder(dir); !holder.empty()) {
     return Status(Code::kIoError,
@@ -842,8 +730,7 @@ Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
                       " (it has the store open): stop it first, or give "
                       "this shard its own --data-dir; nothing was changed");
   }
-  rocksdb::Status s =
-      rocksdb::DB::Open(options, dir, Families(), &impl->handles, &impl->db);
+  rocksdb::Status s = impl->rocks.Open(options, dir, /*read_only=*/false);
   if (!s.ok()) return IoError(where, "cannot open", s);
   return std::unique_ptr<CheckpointStore>(
       new CheckpointStore(dir, std::move(impl)));
@@ -864,8 +751,7 @@ Result<std::unique_ptr<CheckpointStore>> CheckpointStore::OpenReadOnly(
   impl->read_only = true;
   rocksdb::DBOptions options = BaseOptions(dir);
   options.create_if_missing = false;
-  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(options, dir, Families(),
-                                                   &impl->handles, &impl->db);
+  rocksdb::Status s = impl->rocks.Open(options, dir, /*read_only=*/true);
   if (!s.ok()) return IoError(where, "cannot open read-only", s);
   return std::unique_ptr<CheckpointStore>(
       new CheckpointStore(dir, std::move(impl)));
@@ -905,7 +791,7 @@ Result<uint64_t> CheckpointStore::WriteShard(const ShardSnapshot& snapshot) {
   // must not mix with this one; deleted in the same batch as the new
   // header, so the round is never read half old, half new.
   impl_->DeleteRounds(&batch, round, round + 1);
-  const std::string header = HeaderToJson(snapshot);
+  const std::string header = checkpoint::HeaderToJson(snapshot);
   rocksdb::Slice header_slice(header);
   put(impl_->meta(), MetaKey(kHeaderTag, round),
       rocksdb::SliceParts(&header_slice, 1), header.size());
@@ -943,8 +829,7 @@ Result<uint64_t> CheckpointStore::WriteShard(const ShardSnapshot& snapshot) {
 
   // Last, and synced: the WAL is sequential, so syncing the marker makes
   // every batch before it durable too.
-  const std::string marker =
-      json::serialize(json::object{{"keys", keys}, {"bytes", bytes}});
+  const std::string marker = checkpoint::MarkerToJson(keys, bytes);
   batch.Put(impl_->meta(), MetaKey(kMarkerTag, round), marker)
       .PermitUncheckedError();
   TETHER_RETURN_IF_ERROR(impl_->Write(where, "writing the completion marker",
@@ -958,172 +843,13 @@ Result<ShardSnapshot> CheckpointStore::ReadShard(int64_t round) const {
   if (round < 0 || round > kMaxRound) {
     return NotFound(where + ": no such round");
   }
-  rocksdb::DB* db = impl_->db;
-  std::string marker, header;
-  rocksdb::Status s = db->Get(rocksdb::ReadOptions(), impl_->meta(),
-                              MetaKey(kMarkerTag, round), &marker);
-  if (s.IsNotFound()) {
-    return NotFound(where + ": not completely written by this shard");
-  }
-  if (!s.ok()) return IoError(where, "reading the marker", s);
-  s = db->Get(rocksdb::ReadOptions(), impl_->meta(), MetaKey(kHeaderTag, round),
-              &header);
-  if (s.IsNotFound()) return Corrupt(where, "the header is missing");
-  if (!s.ok()) return IoError(where, "reading the header", s);
-
-  uint64_t marker_keys = 0;
-  {
-    boost::system::error_code ec;
-    json::value v = json::parse(marker, ec);
-    if (ec) v = nullptr;  // then reported as not an object
-    Fields f(v, "marker");
-    marker_keys = f.Number<uint64_t>("keys");
-    if (!f.ok()) return Corrupt(where, f.error());
-  }
-  ShardSnapshot snap;
-  HeaderCounts counts;
-  if (std::string bad = HeaderFromJson(header, &snap, &counts); !bad.empty()) {
-    return Corrupt(where, bad);
-  }
-  if (snap.round != round) {
-    return Corrupt(where,
-                   "the header is for round " + std::to_string(snap.round));
-  }
-  std::map<uint32_t, size_t> tensor_of, table_of;
-  std::vector<DenseLayout> layouts(snap.tensors.size());
-  for (size_t i = 0; i < snap.tensors.size(); ++i) {
-    const TensorSnapshot& t = snap.tensors[i];
-    const std::string bad =
-        MakeLayout(t.shape, snap.settings.block_size, &layouts[i]);
-    if (!bad.empty()) return Corrupt(where, "tensor '" + t.name + "': " + bad);
-    tensor_of[t.id] = i;
-  }
-  for (size_t i = 0; i < snap.tables.size(); ++i) {
-    table_of[snap.tables[i].id] = i;
-  }
-  const size_t slots_per_weight =
-      Optimizer(snap.settings.optimizer).slots_per_weight();
-
-  // Weights and slots share keys: walk both families in step.
-  const std::string lower = RoundKey(round), upper = RoundKey(round + 1);
-  rocksdb::Slice upper_slice(upper);
-  rocksdb::ReadOptions ro;
-  ro.iterate_upper_bound = &upper_slice;
-  ro.fill_cache = false;  // read once
-  std::unique_ptr<rocksdb::Iterator> w(db->NewIterator(ro, impl_->weights()));
-  std::unique_ptr<rocksdb::Iterator> sl(db->NewIterator(ro, impl_->slots()));
-  w->Seek(lower);
-  sl->Seek(lower);
-  uint64_t keys = 1;  // the header
-  for (; w->Valid(); w->Next()) {
-    const rocksdb::Slice key = w->key(), value = w->value();
-    const std::string at = "key " + Hex(key);
-    const char kind = key.size() > 8 ? key[8] : 0;
-    if (!((kind == kBlockKind && key.size() == kBlockKeySize) ||
-          (kind == kRowKind && key.size() == kRowKeySize))) {
-      return Corrupt(where, at + " is not a block or row key");
-    }
-    const uint32_t id = static_cast<uint32_t>(GetBigEndian(key.data() + 9, 4));
-    uint64_t len = 0;
-    std::string what;
-    if (kind == kBlockKind) {
-      auto it = tensor_of.find(id);
-      if (it == tensor_of.end()) {
-        return Corrupt(where, at + " is for tensor id " + std::to_string(id) +
-                                  ", which the header does not define");
-      }
-      const uint32_t block =
-          static_cast<uint32_t>(GetBigEndian(key.data() + 13, 4));
-      const TensorSnapshot& t = snap.tensors[it->second];
-      what = "tensor '" + t.name + "' block " + std::to_string(block) + " (" +
-             at + ")";
-      if (block >= layouts[it->second].num_blocks) {
-        return Corrupt(where, what + " is past the end");
-      }
-      len = layouts[it->second].BlockLen(block);
-    } else {
-      auto it = table_of.find(id);
-      if (it == table_of.end()) {
-        return Corrupt(where, at + " is for table id " + std::to_string(id) +
-                                  ", which the header does not define");
-      }
-      const TableSnapshot& t = snap.tables[it->second];
-      what = "table '" + t.name + "' row " +
-             std::to_string(GetBigEndian(key.data() + 13, 8)) + " (" + at + ")";
-      len = t.dim;
-    }
-    if (value.size() != 8 + FloatBytes(len)) {
-      return Corrupt(where, what + " holds " + std::to_string(value.size()) +
-                                " bytes, expected " +
-                                std::to_string(8 + FloatBytes(len)));
-    }
-    std::vector<float> slots;
-    if (slots_per_weight > 0) {
-      // A read error (a checksum mismatch) ends the iterator like the end
-      // of the data would: report the error, not missing slots.
-      if (!sl->Valid() && !sl->status().ok()) {
-        return IoError(where, "reading optimizer slots", sl->status());
-      }
-      if (!sl->Valid() || sl->key() != key) {
-        return Corrupt(where, what + " has no optimizer slots");
-      }
-      if (sl->value().size() != FloatBytes(slots_per_weight * len)) {
-        return Corrupt(where,
-                       what + " has " + std::to_string(sl->value().size()) +
-                           " bytes of slots, expected " +
-                           std::to_string(FloatBytes(slots_per_weight * len)));
-      }
-      slots.resize(slots_per_weight * len);
-      std::memcpy(slots.data(), sl->value().data(), sl->value().size());
-      sl->Next();
-      ++keys;
-    }
-    uint64_t step = 0;
-    std::memcpy(&step, value.data(), 8);
-    std::vector<float> weights(len);
-    std::memcpy(weights.data(), value.data() + 8, FloatBytes(len));
-    if (kind == kBlockKind) {
-      TensorSnapshot& t = snap.tensors[tensor_of[id]];
-      TensorSnapshot::Block& b = t.blocks.emplace_back();
-      b.index = static_cast<uint32_t>(GetBigEndian(key.data() + 13, 4));
-      b.step = step;
-      b.weights = std::move(weights);
-      b.slots = std::move(slots);
-    } else {
-      TableSnapshot& t = snap.tables[table_of[id]];
-      t.rows.push_back({GetBigEndian(key.data() + 13, 8), step,
-                        std::move(weights), std::move(slots)});
-    }
-    ++keys;
-  }
-  if (!w->status().ok()) return IoError(where, "reading weights", w->status());
-  if (!sl->status().ok()) return IoError(where, "reading slots", sl->status());
-  if (sl->Valid()) {
-    return Corrupt(where,
-                   "key " + Hex(sl->key()) + " has slots but no weights");
-  }
-  if (keys != marker_keys) {
-    return Corrupt(where, std::to_string(keys) +
-                              " keys found, the marker says " +
-                              std::to_string(marker_keys));
-  }
-  for (const TensorSnapshot& t : snap.tensors) {
-    if (t.blocks.size() != counts.blocks[t.id]) {
-      return Corrupt(where, "tensor '" + t.name + "' has " +
-                                std::to_string(t.blocks.size()) +
-                                " blocks, the header says " +
-                                std::to_string(counts.blocks[t.id]));
-    }
-  }
-  for (const TableSnapshot& t : snap.tables) {
-    if (t.rows.size() != counts.rows[t.id]) {
-      return Corrupt(where, "table '" + t.name + "' has " +
-                                std::to_string(t.rows.size()) +
-                                " rows, the header says " +
-                                std::to_string(counts.rows[t.id]));
-    }
-  }
-  return snap;
+  Result<RoundMeta> meta = impl_->ReadMeta(where, round);
+  if (!meta.ok()) return meta.status();
+  SliceReader reader(where, std::move(meta->header));
+  TETHER_RETURN_IF_ERROR(reader.Start());
+  TETHER_RETURN_IF_ERROR(impl_->ReadData(where, round, &reader));
+  TETHER_RETURN_IF_ERROR(reader.Finish(meta->keys));
+  return std::move(reader).Take();
 }
 
 Result<std::vector<int64_t>> CheckpointStore::ShardRounds() const {
@@ -1144,7 +870,9 @@ Status CheckpointStore::MarkComplete(const RoundRecord& record) {
   }
   TETHER_RETURN_IF_ERROR(impl_->Recover(where));
   rocksdb::WriteBatch batch;
-  batch.Put(impl_->meta(), RecordKey(record.round), RecordToJson(record))
+  batch
+      .Put(impl_->meta(), RecordKey(record.round),
+           checkpoint::RecordToJson(record))
       .PermitUncheckedError();
   return impl_->Write(where, "recording the round complete", &batch,
                       /*sync=*/true);
@@ -1152,26 +880,27 @@ Status CheckpointStore::MarkComplete(const RoundRecord& record) {
 
 Result<std::vector<RoundRecord>> CheckpointStore::CompleteRounds() const {
   std::vector<RoundRecord> records;
-  const std::string prefix = kRecordPrefix;
+  const std::string prefix(kRecordPrefix);
   std::string upper = prefix;
   upper.back() += 1;
   rocksdb::Slice upper_slice(upper);
   rocksdb::ReadOptions ro;
   ro.iterate_upper_bound = &upper_slice;
   std::unique_ptr<rocksdb::Iterator> it(
-      impl_->db->NewIterator(ro, impl_->meta()));
+      impl_->db()->NewIterator(ro, impl_->meta()));
   for (it->Seek(prefix); it->Valid(); it->Next()) {
-    RoundRecord r;
     const std::string key = it->key().ToString();
-    if (std::string bad = RecordFromJson(it->value().ToString(), &r);
-        !bad.empty()) {
-      return Corrupt("checkpoint dir " + dir_ + ": " + key, bad);
-    }
-    if (RecordKey(r.round) != key) {
+    Result<RoundRecord> r =
+        checkpoint::RecordFromJson(it->value().ToStringView());
+    if (!r.ok()) {
       return Corrupt("checkpoint dir " + dir_ + ": " + key,
-                     "record is for round " + std::to_string(r.round));
+                     r.status().message());
     }
-    records.push_back(std::move(r));
+    if (RecordKey(r->round) != key) {
+      return Corrupt("checkpoint dir " + dir_ + ": " + key,
+                     "record is for round " + std::to_string(r->round));
+    }
+    records.push_back(std::move(*r));
   }
   if (!it->status().ok()) {
     return IoError("checkpoint dir " + dir_, "listing complete rounds",
@@ -1243,7 +972,7 @@ Status CheckpointStore::Prune(int keep, int64_t newest_complete) {
     rocksdb::Slice as(a), bs(b);
     for (rocksdb::ColumnFamilyHandle* family :
          {impl_->weights(), impl_->slots()}) {
-      rocksdb::DeleteFilesInRange(impl_->db, family, &as, &bs,
+      rocksdb::DeleteFilesInRange(impl_->db(), family, &as, &bs,
                                   /*include_end=*/false)
           .PermitUncheckedError();
     }

@@ -115,14 +115,15 @@ class CheckpointStore {
   // the missing file and how to recover it. A store that is there is first
   // opened read-only, so an open that fails has changed nothing on disk.
   // kNotFound when kExisting finds no store (nothing is created);
-  // kIoError naming `dir` when it cannot be created or opened (permissions,
-  // a file in the way, another process holding it, damage).
+  // kCorruption naming `dir` when RocksDB finds its files damaged; kIoError
+  // naming `dir` when it cannot be created or opened otherwise (permissions,
+  // a file in the way, another process holding it, missing metadata).
   static Result<std::unique_ptr<CheckpointStore>> Open(
       const std::string& dir, OpenMode mode = OpenMode::kCreate);
   // Opens an existing store for reading only (tools), without taking the
   // lock, so a shard process holding it keeps running undisturbed. Write
   // methods return kInvalidArgument. kIoError naming `dir` when it is
-  // missing or not a checkpoint store.
+  // missing or not a checkpoint store; kCorruption when it is damaged.
   static Result<std::unique_ptr<CheckpointStore>> OpenReadOnly(
       const std::string& dir);
   ~CheckpointStore();
@@ -135,15 +136,17 @@ class CheckpointStore {
   // naming the directory and round; a failed write leaves earlier rounds
   // intact.
   Result<uint64_t> WriteShard(const ShardSnapshot& snapshot);
-  // kNotFound when this shard has no complete copy of `round`; kBadFrame
-  // ("corrupt") when stored values do not decode.
+  // kNotFound when this shard has no complete copy of `round`; kCorruption
+  // naming the round and key when stored values do not decode or fail
+  // RocksDB's checksums; kIoError when they cannot be read.
   Result<ShardSnapshot> ReadShard(int64_t round) const;
   // Rounds this shard has completely written, ascending.
   Result<std::vector<int64_t>> ShardRounds() const;
 
   // Shard 0: records `record` as a complete round (sync).
   Status MarkComplete(const RoundRecord& record);
-  // Shard 0: complete rounds, ascending by round.
+  // Shard 0: complete rounds, ascending by round. kCorruption naming the
+  // record when one does not decode.
   Result<std::vector<RoundRecord>> CompleteRounds() const;
 
   // Deletes every round older than the newest `keep` complete ones (their

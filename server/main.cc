@@ -2,11 +2,13 @@
 #include <cstdio>
 #include <iostream>
 
+#include "schema/launcher.h"
 #include "schema/log.h"
 #include "server/options.h"
 #include "server/server.h"
 
 int main(int argc, char** argv) {
+  tether::DieWithLauncher();  // started by tether-up or a test
   bool help = false;
   auto options = tether::ParseServerOptions(argc, argv, &help);
   if (help) {

@@ -74,6 +74,10 @@ void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
               "resume every shard from a complete round: latest or a round "
               "number (shard 0; other shards follow it)");
   p.AddInt("threads", &o.threads, "I/O threads");
+  p.AddString("ready-file", &o.ready_file,
+              "once listening (and, on shard 0, serving the dashboard), "
+              "write this file whole (by rename): JSON with shard_id, "
+              "listen, advertise, dashboard (null without one) and pid");
   p.AddUint64("max-frame-bytes", &o.max_frame_bytes,
               "largest frame accepted; longer ones close the connection");
   p.AddInt("connect-timeout-ms", &o.connect_timeout_ms,

@@ -35,6 +35,9 @@ struct ServerOptions {
   int keep_checkpoints = 3;               // --keep-checkpoints: rounds kept
   std::string resume;                     // --resume: latest or a round number
   int threads = 2;                        // --threads: I/O threads
+  // --ready-file: once listening (and the dashboard serving), this JSON
+  // file is written whole (README, "tether-server flags"); empty: none.
+  std::string ready_file;
   uint64_t max_frame_bytes = uint64_t{64} << 20;  // --max-frame-bytes
   int connect_timeout_ms = 10000;                 // --connect-timeout-ms
   int handshake_timeout_ms = 10000;       // --handshake-timeout-ms: for Hello

@@ -1,16 +1,41 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
 #include <chrono>
+#include <cstdio>
 #include <future>
 #include <optional>
 
+#include "schema/atomic_file.h"
 #include "schema/log.h"
 #include "schema/stats_frame.h"
 #include "server/reproduce.h"
 
 namespace tether {
+namespace {
+
+// --ready-file's text: where this shard listens and its dashboard, for a
+// launcher or a script, which would otherwise read them from the log.
+std::string ReadyFileText(int shard_id, const std::string& listening,
+                          const std::string& address,
+                          const Dashboard* dashboard) {
+  boost::json::object ready;
+  ready["shard_id"] = shard_id;
+  ready["listen"] = listening;
+  ready["advertise"] = address;
+  ready["dashboard"] = dashboard != nullptr
+                           ? boost::json::value(dashboard->url())
+                           : boost::json::value(nullptr);
+  ready["pid"] = getpid();
+  return boost::json::serialize(ready) + "\n";
+}
+
+}  // namespace
 
 Server::Server(ServerOptions options)
     : options_(std::move(options)),
@@ -63,6 +88,8 @@ Status Server::Bind() {
 }
 
 Status Server::Start() {
+  // A file left by an earlier run must not pass for this one's.
+  if (!options_.ready_file.empty()) std::remove(options_.ready_file.c_str());
   if (!options_.auth_key_file.empty()) {
     auto key = AuthKey::Load(options_.auth_key_file, "--auth-key-file");
     if (!key.ok()) return key.status();
@@ -144,6 +171,13 @@ Status Server::Start() {
     TETHER_LOG(kInfo) << "dashboard at " << dashboard_->url();
   }
   DoAccept();
+  if (!options_.ready_file.empty()) {
+    TETHER_RETURN_IF_ERROR(
+        WriteFileAtomically(options_.ready_file,
+                            ReadyFileText(options_.shard_id, listening_,
+                                          address_, dashboard_.get()))
+            .WithContext("--ready-file"));
+  }
   return Status::Ok();
 }
 

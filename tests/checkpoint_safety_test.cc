@@ -86,6 +86,7 @@ struct Resumed {
   std::unique_ptr<Process> shard0, shard1;
   int code0 = -1, code1 = -1;  // -1: still running (or never started)
   std::string log0, log1;
+  std::string address0;  // shard 0's, from its ready file
 };
 
 // With `refused` the two are expected to exit; else shard 0 is expected to
@@ -118,16 +119,19 @@ Resumed ResumeFrom(const std::string& d0, const std::string& d1,
                             "--data-dir",
                             d0,
                             "--resume",
-                            resume},
+                            resume,
+                            "--ready-file",
+                            logs + "-shard0.ready"},
                            logs + "-shard0.log");
   EXPECT_TRUE(p0.ok());
   r.shard0 = std::move(*p0);
-  auto listening = r.shard0->WaitForLine("listening on", 10000);
-  if (listening.ok()) {
-    auto p1 = Process::Start({TETHER_SERVER_BIN, "--shard-id", "1", "--shards",
-                              "2", "--listen", "127.0.0.1:0", "--coordinator",
-                              AddressFromLine(*listening), "--data-dir", d1},
-                             logs + "-shard1.log");
+  auto ready = r.shard0->WaitForReady(logs + "-shard0.ready", 10000);
+  if (ready.ok()) {
+    r.address0 = ready->advertise;
+    auto p1 = Process::Start(
+        {TETHER_SERVER_BIN, "--shard-id", "1", "--shards", "2", "--listen",
+         "127.0.0.1:0", "--coordinator", r.address0, "--data-dir", d1},
+        logs + "-shard1.log");
     EXPECT_TRUE(p1.ok());
     r.shard1 = std::move(*p1);
     if (!refused) {
@@ -334,12 +338,10 @@ TEST(CheckpointSafety, CorruptSliceOnShard1RefusesOrFallsBack) {
   EXPECT_TRUE(Has(latest.shard1->Log(), "loaded checkpoint round 40"));
   // The run goes on from round 40: a worker joins at clock 40 and trains.
   std::string out;
-  auto code = RunToExit(
-      {TETHER_CLIENT_BIN, "train", "--coordinator",
-       AddressFromLine(*latest.shard0->WaitForLine("listening on", 100)),
-       "--tensor", "w", "--shape", "5000", "--iterations", "70", "--grad",
-       "pattern", "--quiet"},
-      &out, 60000);
+  auto code = RunToExit({TETHER_CLIENT_BIN, "train", "--coordinator",
+                         latest.address0, "--tensor", "w", "--shape", "5000",
+                         "--iterations", "70", "--grad", "pattern", "--quiet"},
+                        &out, 60000);
   EXPECT_TRUE(code.ok() && *code == 0) << out;
 }
 

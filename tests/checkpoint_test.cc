@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "server/checkpoint_codec.h"
+#include "server/checkpoint_keys.h"
 #include "server/optimizer.h"
 #include "server/param_store.h"
 #include "tests/raw_checkpoint_db.h"
@@ -429,7 +431,7 @@ TEST(Checkpoint, CorruptValueNamesRoundAndKey) {
   }
   std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
   Result<ShardSnapshot> read = store->ReadShard(7);
-  EXPECT_EQ(read.status().code(), Code::kBadFrame);
+  EXPECT_EQ(read.status().code(), Code::kCorruption);
   const std::string& m = read.status().message();
   EXPECT_TRUE(Contains(m, dir.path())) << m;
   EXPECT_TRUE(Contains(m, "round 7")) << m;
@@ -606,10 +608,49 @@ TEST(Checkpoint, ChecksumErrorInSlotsIsReportedAsCorruption) {
   std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
   Result<ShardSnapshot> read = store->ReadShard(3);
   ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), Code::kCorruption);
   const std::string& m = read.status().message();
   EXPECT_TRUE(Contains(m, "reading optimizer slots")) << m;
   EXPECT_TRUE(Contains(m, "Corruption")) << m;
   EXPECT_FALSE(Contains(m, "has no optimizer slots")) << m;
+}
+
+TEST(Checkpoint, DamagedHeaderMarkerAndRecordAreCorruption) {
+  TempDir dir;
+  {
+    std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+    ASSERT_TRUE(store->WriteShard(SmallSnapshot(7)).ok());
+    ASSERT_TRUE(store->WriteShard(SmallSnapshot(8)).ok());
+    ASSERT_TRUE(store->MarkComplete(Record(7)).ok());
+  }
+  {
+    RawCheckpointDb raw(dir.path(), /*read_only=*/false);
+    ASSERT_TRUE(raw.status().ok()) << raw.status().ToString();
+    ASSERT_TRUE(
+        raw.PutMeta(checkpoint::MetaKey(checkpoint::kHeaderTag, 7), "{").ok());
+    ASSERT_TRUE(
+        raw.PutMeta(checkpoint::MetaKey(checkpoint::kMarkerTag, 8), "[]").ok());
+    std::string record = checkpoint::RecordToJson(Record(7));
+    record.replace(record.find("\"clock\""), 7, "\"clonk\"");
+    ASSERT_TRUE(raw.PutMeta(checkpoint::RecordKey(7), record).ok());
+  }
+  std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+  Result<ShardSnapshot> header = store->ReadShard(7);
+  EXPECT_EQ(header.status().code(), Code::kCorruption);
+  EXPECT_TRUE(Contains(header.status().message(),
+                       "round 7: corrupt: header is not JSON"))
+      << header.status().message();
+  Result<ShardSnapshot> marker = store->ReadShard(8);
+  EXPECT_EQ(marker.status().code(), Code::kCorruption);
+  EXPECT_TRUE(Contains(marker.status().message(),
+                       "round 8: corrupt: marker is not a JSON object"))
+      << marker.status().message();
+  Result<std::vector<RoundRecord>> records = store->CompleteRounds();
+  EXPECT_EQ(records.status().code(), Code::kCorruption);
+  EXPECT_TRUE(Contains(records.status().message(),
+                       "round/00000000000000000007: corrupt: record has no "
+                       "field 'clock'"))
+      << records.status().message();
 }
 
 TEST(Checkpoint, IdentityMismatchNamesEveryDifference) {

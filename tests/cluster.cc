@@ -90,23 +90,29 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
       argv.push_back(c->coordinator_);
     }
     argv.insert(argv.end(), o.shard_flags.begin(), o.shard_flags.end());
+    argv.push_back("--ready-file");
+    argv.push_back(dir + "/shard" + std::to_string(id) + ".ready");
     return argv;
   };
   for (int id = 0; id < o.shards; ++id) {
-    auto p =
-        Process::Start(flags(id), dir + "/shard" + std::to_string(id) + ".log");
+    const std::string base = dir + "/shard" + std::to_string(id);
+    auto p = Process::Start(flags(id), base + ".log");
     if (!p.ok()) return p.status();
     c->shards_.push_back(std::move(*p));
-    auto line = c->shards_.back()->WaitForLine("listening on", 10000);
-    if (!line.ok()) {
-      return line.status().WithContext("shard " + std::to_string(id));
+    auto ready = c->shards_.back()->WaitForReady(base + ".ready", 10000);
+    if (!ready.ok()) {
+      return ready.status().WithContext("shard " + std::to_string(id));
     }
+    c->addresses_.push_back(ready->advertise);
     if (id == 0) {
-      c->coordinator_ = AddressFromLine(*line);
-      auto url = c->shards_.back()->WaitForLine("dashboard at http://", 5000);
-      if (!url.ok()) return url.status().WithContext("shard 0's dashboard");
-      std::string address = url->substr(url->find("http://") + 7);
-      c->dashboard_ = address.substr(0, address.find('/'));
+      c->coordinator_ = ready->advertise;
+      // http://HOST:PORT/
+      const std::string& url = ready->dashboard;
+      if (url.rfind("http://", 0) != 0) {
+        return Unavailable("shard 0 serves no dashboard (ready file: " + base +
+                           ".ready)");
+      }
+      c->dashboard_ = url.substr(7, url.find('/', 7) - 7);
     }
   }
   if (o.shards > 1) {

@@ -2,8 +2,9 @@
 //
 // Process runs a binary with its stdout and stderr in a log file and kills
 // it (SIGKILL) on destruction if it still runs. Cluster starts shard 0 on a
-// free port, then the other shards pointed at it, and waits until each
-// logs that it listens. A test that fails prints the tail of every log.
+// free port, then the other shards pointed at it, and waits until each has
+// written its --ready-file (DIR/shardN.ready), which says where it
+// listens. A test that fails prints the tail of every log.
 #pragma once
 
 #include <sys/types.h>
@@ -19,7 +20,6 @@
 
 namespace tether::testing {
 
-using tether::AddressFromLine;
 using tether::Process;
 using tether::Tail;
 
@@ -49,6 +49,8 @@ class Cluster {
   const std::string& coordinator() const { return coordinator_; }
   // HOST:PORT of shard 0's dashboard.
   const std::string& dashboard() const { return dashboard_; }
+  // HOST:PORT shard i listens on (shard 0's is coordinator()).
+  const std::string& address(int i) const { return addresses_[i]; }
   Process& shard(int i) { return *shards_[i]; }
   int num_shards() const { return static_cast<int>(shards_.size()); }
   // Prints the tail of every shard's log to stderr.
@@ -59,6 +61,7 @@ class Cluster {
   std::vector<std::unique_ptr<Process>> shards_;
   std::string coordinator_;
   std::string dashboard_;
+  std::vector<std::string> addresses_;
 };
 
 // Starts `n` tether-worker processes with ranks 0..n-1, logging to

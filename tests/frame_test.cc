@@ -345,7 +345,8 @@ TEST(WireCode, MappedCodesRoundTrip) {
        {Code::kOk, Code::kBadFrame, Code::kFrameTooLarge,
         Code::kVersionMismatch, Code::kProtocol, Code::kInvalidArgument,
         Code::kNotFound, Code::kShapeMismatch, Code::kStalePush,
-        Code::kUnavailable, Code::kInternal, Code::kTimeout, Code::kIoError}) {
+        Code::kUnavailable, Code::kInternal, Code::kTimeout, Code::kIoError,
+        Code::kCorruption}) {
     EXPECT_EQ(FromWireCode(ToWireCode(code)), code) << CodeName(code);
   }
 }
@@ -365,6 +366,8 @@ TEST(WireCode, EveryCodeHasItsOwnWireCode) {
   EXPECT_EQ(ToWireCode(Code::kTimeout), wire::ErrorCode::Timeout);
   EXPECT_EQ(ToWireCode(Code::kIoError), wire::ErrorCode::IoError);
   EXPECT_EQ(ToWireCode(Code::kInternal), wire::ErrorCode::Internal);
+  EXPECT_EQ(ToWireCode(Code::kCorruption), wire::ErrorCode::Corruption);
+  EXPECT_STREQ(CodeName(Code::kCorruption), "corruption");
 }
 
 TEST(WireCode, AuthFailedRoundTrips) {

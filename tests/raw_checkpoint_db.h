@@ -88,6 +88,11 @@ class RawCheckpointDb {
     return db_->Put(rocksdb::WriteOptions(), weights(), it->key(),
                     it->value().ToString().substr(0, 8));
   }
+  // Overwrites the value at `key` in the meta family (a round's header,
+  // marker or record).
+  rocksdb::Status PutMeta(const std::string& key, const std::string& value) {
+    return db_->Put(rocksdb::WriteOptions(), handles_[1], key, value);
+  }
   // Deletes this shard's "round written" marker: the shard no longer holds
   // `round` as far as any reader can tell.
   rocksdb::Status DeleteMarker(int64_t round) {

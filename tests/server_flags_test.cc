@@ -4,17 +4,22 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <boost/json/parse.hpp>
+#include <chrono>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/cluster.h"
+#include "tools/http_client.h"
 #include "worker/client.h"
 
 namespace tether {
 namespace {
 
-using testing::AddressFromLine;
 using testing::Process;
 using testing::RunToExit;
 using testing::TempDir;
@@ -49,16 +54,18 @@ struct RunningShard {
 
 RunningShard StartCoordinator(const TempDir& dir,
                               std::vector<std::string> extra = {}) {
-  std::vector<std::string> argv = {TETHER_SERVER_BIN, "--listen", "127.0.0.1:0",
-                                   "--http", "127.0.0.1:0"};
+  const std::string ready_file = dir.path() + "/shard0.ready";
+  std::vector<std::string> argv = {
+      TETHER_SERVER_BIN, "--listen",     "127.0.0.1:0", "--http",
+      "127.0.0.1:0",     "--ready-file", ready_file};
   argv.insert(argv.end(), extra.begin(), extra.end());
   auto process = Process::Start(argv, dir.path() + "/shard0.log");
   EXPECT_TRUE(process.ok()) << process.status().ToString();
   if (!process.ok()) return {};
-  auto line = (*process)->WaitForLine("listening on", kExitTimeoutMs);
-  EXPECT_TRUE(line.ok()) << line.status().ToString();
-  if (!line.ok()) return {};
-  return {std::move(*process), AddressFromLine(*line)};
+  auto ready = (*process)->WaitForReady(ready_file, kExitTimeoutMs);
+  EXPECT_TRUE(ready.ok()) << ready.status().ToString();
+  if (!ready.ok()) return {};
+  return {std::move(*process), ready->advertise};
 }
 
 TEST(ServerFlags, UnknownFlagNamed) {
@@ -146,6 +153,7 @@ TEST(ServerFlags, HelpListsEveryFlag) {
                            "--max-frame-bytes",
                            "--connect-timeout-ms",
                            "--verbose",
+                           "--ready-file",
                            "-h, --help"}) {
     // Each flag heads its own line: "  --name VALUE", or "  --name" alone.
     const std::string head = std::string("\n  ") + flag;
@@ -171,6 +179,89 @@ TEST(ServerFlags, ShardCountMismatchRefused) {
   EXPECT_TRUE(Contains(output, "3"));
   EXPECT_TRUE(Contains(output, "2"));
   EXPECT_TRUE(coordinator.process->Running());
+}
+
+// Reads `path` as soon as it exists (polling every millisecond, so that a
+// file written in pieces would be caught half done); "" after `timeout_ms`.
+std::string FirstSight(const std::string& path, int timeout_ms) {
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (std::ifstream in(path); in) {
+      std::stringstream text;
+      text << in.rdbuf();
+      return text.str();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return "";
+}
+
+// --ready-file: JSON, whole the moment it appears, saying where shard 0
+// listens and serves its dashboard (the addresses its log names, port 0
+// resolved), and shard 1 with no dashboard; a stale file is not taken for
+// the shard's.
+TEST(ServerFlags, ReadyFileIsWholeAndSaysWhereTheShardListens) {
+  TempDir dir;
+  const std::string ready0 = dir.path() + "/shard0.ready";
+  auto shard0 = Process::Start(
+      {TETHER_SERVER_BIN, "--shards", "2", "--listen", "127.0.0.1:0", "--http",
+       "127.0.0.1:0", "--ready-file", ready0},
+      dir.path() + "/shard0.log");
+  ASSERT_TRUE(shard0.ok()) << shard0.status().ToString();
+  const std::string text = FirstSight(ready0, 10000);
+  ASSERT_NE(text, "") << (*shard0)->Log();
+  auto ready = ParseShardReady(text);
+  ASSERT_TRUE(ready.ok()) << ready.status().ToString() << ": " << text;
+  EXPECT_EQ(ready->shard_id, 0);
+  EXPECT_EQ(ready->pid, (*shard0)->pid());
+  EXPECT_EQ(ready->listen.rfind("127.0.0.1:", 0), 0u) << text;
+  EXPECT_NE(ready->listen, "127.0.0.1:0") << text;
+  EXPECT_EQ(ready->advertise, ready->listen);
+  const std::string log = (*shard0)->Log();
+  EXPECT_TRUE(Contains(log, "listening on " + ready->listen));
+  EXPECT_TRUE(Contains(log, "dashboard at " + ready->dashboard));
+  // Both answer already.
+  ASSERT_EQ(ready->dashboard.rfind("http://127.0.0.1:", 0), 0u) << text;
+  const std::string http = ready->dashboard.substr(
+      7, ready->dashboard.size() - 8);  // without http:// and the last /
+  auto status = HttpFetch(http, "GET", "/api/status");
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ(status->status, 200);
+
+  const std::string ready1 = dir.path() + "/shard1.ready";
+  {
+    std::ofstream stale(ready1);
+    stale << "{\"left\": \"by an earlier run\"}";
+  }
+  auto shard1 =
+      Process::Start({TETHER_SERVER_BIN, "--shard-id", "1", "--shards", "2",
+                      "--listen", "127.0.0.1:0", "--coordinator",
+                      ready->advertise, "--ready-file", ready1},
+                     dir.path() + "/shard1.log");
+  ASSERT_TRUE(shard1.ok()) << shard1.status().ToString();
+  auto second = (*shard1)->WaitForReady(ready1, 10000);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->shard_id, 1);
+  EXPECT_NE(second->listen, ready->listen);
+  EXPECT_EQ(second->dashboard, "");
+  std::ifstream in(ready1);
+  std::stringstream text1;
+  text1 << in.rdbuf();
+  EXPECT_TRUE(boost::json::parse(text1.str()).at("dashboard").is_null())
+      << text1.str();
+  EXPECT_TRUE((*shard0)->WaitForLine("shard 1 registered", 5000).ok());
+}
+
+TEST(ServerFlags, UnwritableReadyFileStopsTheShardNamingIt) {
+  TempDir dir;
+  std::string output;
+  EXPECT_EQ(RunServer({"--listen", "127.0.0.1:0", "--ready-file",
+                       dir.path() + "/no/such/dir/shard0.ready"},
+                      &output),
+            1);
+  EXPECT_TRUE(Contains(output, "--ready-file"));
+  EXPECT_TRUE(Contains(output, dir.path() + "/no/such/dir/shard0.ready"));
 }
 
 TEST(ServerShutdown, SigtermStopsCleanly) {

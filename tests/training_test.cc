@@ -20,6 +20,39 @@ namespace {
 
 namespace json = boost::json;
 
+// Whether `pid` is a live process: not gone, and not a zombie (an orphan's
+// stays one where pid 1 does not reap).
+bool Runs(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const size_t name_end = stat.rfind(") ");
+  return name_end != std::string::npos && stat[name_end + 2] != 'Z';
+}
+
+// tether-up's --summary-file, parsed; null when missing or not JSON.
+json::value ReadSummary(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  boost::system::error_code ec;
+  json::value v = json::parse(text.str(), ec);
+  return ec ? json::value(nullptr) : v;
+}
+
+// Waits until tether-up's summary says its processes run; null otherwise.
+json::value WaitForRunning(const std::string& path, int timeout_ms) {
+  json::value summary;
+  Eventually(
+      [&] {
+        summary = ReadSummary(path);
+        return summary.is_object() && summary.at("state") == "running";
+      },
+      timeout_ms);
+  return summary.is_object() && summary.at("state") == "running" ? summary
+                                                                 : nullptr;
+}
+
 void ExpectAllSucceed(std::vector<std::unique_ptr<Process>>& workers) {
   for (size_t r = 0; r < workers.size(); ++r) {
     auto code = workers[r]->Wait(240000);
@@ -32,14 +65,49 @@ void ExpectAllSucceed(std::vector<std::unique_ptr<Process>>& workers) {
 TEST(Training, LauncherRunReachesStatedAccuracyOnFashionMnist) {
   TempDir dir;
   std::string output;
+  const std::string summary_file = dir.path() + "/summary.json";
   auto code = RunToExit(
-      {TETHER_UP_BIN, "--http", "127.0.0.1:0", "--shards", "2", "--workers",
-       "3", "--slow", "1", "--slowdown", "3", "--staleness", "2", "--epochs",
-       "2", "--target-accuracy", "0.82", "--log-dir", dir.path()},
+      {TETHER_UP_BIN, "--http",     "127.0.0.1:0", "--shards",
+       "2",           "--workers",  "3",           "--slow",
+       "1",           "--slowdown", "3",           "--staleness",
+       "2",           "--epochs",   "2",           "--target-accuracy",
+       "0.82",        "--log-dir",  dir.path(),    "--summary-file",
+       summary_file},
       &output, 240000);
   ASSERT_TRUE(code.ok()) << code.status().ToString();
   EXPECT_EQ(*code, 0) << output;
   EXPECT_NE(output.find("reached the 82% target"), std::string::npos) << output;
+  // The summary says the same for a script: where the run was, its
+  // processes, and how it ended.
+  const json::value summary = ReadSummary(summary_file);
+  ASSERT_TRUE(summary.is_object()) << summary_file;
+  EXPECT_EQ(summary.at("state"), "exited") << summary;
+  const std::string coordinator(summary.at("coordinator").as_string());
+  EXPECT_NE(output.find("coordinator: " + coordinator + "\n"),
+            std::string::npos)
+      << summary;
+  const std::string dashboard(summary.at("dashboard").as_string());
+  EXPECT_EQ(dashboard.rfind("http://127.0.0.1:", 0), 0u) << summary;
+  EXPECT_NE(output.find("dashboard:   " + dashboard), std::string::npos)
+      << summary;
+  EXPECT_EQ(summary.at("log_dir"), dir.path().c_str());
+  ASSERT_EQ(summary.at("shards").as_array().size(), 2u) << summary;
+  ASSERT_EQ(summary.at("workers").as_array().size(), 3u) << summary;
+  EXPECT_EQ(summary.at("shards").at(1).at("log"),
+            (dir.path() + "/shard1.log").c_str());
+  EXPECT_GT(summary.at("workers").at(2).at("pid").to_number<int>(), 0);
+  const json::value& result = summary.at("result");
+  ASSERT_TRUE(result.is_object()) << summary;
+  EXPECT_EQ(result.at("exit_code"), 0);
+  EXPECT_TRUE(result.at("error").is_null()) << summary;
+  EXPECT_EQ(result.at("reached_target"), true);
+  const double accuracy = result.at("accuracy").to_number<double>();
+  EXPECT_GE(accuracy, 0.82);
+  char printed[64];
+  std::snprintf(printed, sizeof printed, "test accuracy %.2f%%",
+                100 * accuracy);
+  EXPECT_NE(output.find(printed), std::string::npos) << summary;
+  EXPECT_TRUE(result.at("stopped_at_clock").is_null()) << summary;
   // Before any worker reports, the loss is "-", not a made-up 0 (the
   // first line comes as the workers start).
   EXPECT_EQ(output.find("loss 0.000"), std::string::npos) << output;
@@ -53,16 +121,19 @@ TEST(Training, LauncherRunReachesStatedAccuracyOnFashionMnist) {
 // which clock and round, how to resume it, and exits 0 (not "MISSED").
 TEST(Training, LauncherRunStoppedFromTheDashboardExitsZero) {
   TempDir dir;
-  auto up =
-      Process::Start({TETHER_UP_BIN, "--http", "127.0.0.1:0", "--shards", "2",
-                      "--workers", "2", "--slow", "0", "--epochs", "50",
-                      "--model", "softmax", "--log-dir", dir.path()},
-                     dir.path() + "/up.out");
+  const std::string summary_file = dir.path() + "/summary.json";
+  auto up = Process::Start(
+      {TETHER_UP_BIN, "--http", "127.0.0.1:0", "--shards", "2", "--workers",
+       "2", "--slow", "0", "--epochs", "50", "--model", "softmax", "--log-dir",
+       dir.path(), "--summary-file", summary_file},
+      dir.path() + "/up.out");
   ASSERT_TRUE(up.ok()) << up.status().ToString();
-  auto line = (*up)->WaitForLine("dashboard:   http://", 30000);
-  ASSERT_TRUE(line.ok()) << (*up)->Log();
-  const size_t at = line->find("http://") + 7;
-  const std::string address = line->substr(at, line->find('/', at) - at);
+  const json::value running = WaitForRunning(summary_file, 30000);
+  ASSERT_TRUE(running.is_object()) << (*up)->Log();
+  const std::string url(running.at("dashboard").as_string());
+  const std::string address = url.substr(7, url.find('/', 7) - 7);
+  EXPECT_EQ(running.at("token_file"),
+            (dir.path() + "/dashboard.token").c_str());
   ASSERT_TRUE(Eventually(
       [&] {
         auto status = HttpFetch(address, "GET", "/api/status");
@@ -91,6 +162,20 @@ TEST(Training, LauncherRunStoppedFromTheDashboardExitsZero) {
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("MISSED"), std::string::npos) << out;
+  const json::value summary = ReadSummary(summary_file);
+  ASSERT_TRUE(summary.is_object()) << summary_file;
+  const json::value& result = summary.at("result");
+  EXPECT_EQ(result.at("exit_code"), 0) << summary;
+  const int64_t clock = result.at("stopped_at_clock").to_number<int64_t>();
+  EXPECT_NE(out.find("stopped at clock " + std::to_string(clock) + " "),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(
+      out.find("checkpoint round " +
+               std::to_string(result.at("stopped_round").to_number<int64_t>()) +
+               " holds it"),
+      std::string::npos)
+      << summary;
 
   // The printed command resumes it with the run's own flags (2 shards, 2
   // workers, none slowed, softmax: kept in DIR/tether-up.flags), those
@@ -122,11 +207,23 @@ TEST(Training, LauncherRunStoppedFromTheDashboardExitsZero) {
 // is left training or holding its data dir.
 TEST(Training, LauncherKilledTakesItsProcessesWithIt) {
   TempDir dir;
-  auto up = Process::Start({TETHER_UP_BIN, "--http", "off", "--shards", "2",
-                            "--workers", "2", "--slow", "0", "--epochs", "50",
-                            "--model", "softmax", "--log-dir", dir.path()},
-                           dir.path() + "/up.out");
+  const std::string summary_file = dir.path() + "/summary.json";
+  auto up = Process::Start(
+      {TETHER_UP_BIN, "--http", "off", "--shards", "2", "--workers", "2",
+       "--slow", "0", "--epochs", "50", "--model", "softmax", "--log-dir",
+       dir.path(), "--summary-file", summary_file},
+      dir.path() + "/up.out");
   ASSERT_TRUE(up.ok()) << up.status().ToString();
+  const json::value running = WaitForRunning(summary_file, 60000);
+  ASSERT_TRUE(running.is_object()) << (*up)->Log();
+  EXPECT_TRUE(running.at("dashboard").is_null());
+  std::vector<pid_t> pids;
+  for (const char* kind : {"shards", "workers"}) {
+    for (const json::value& p : running.at(kind).as_array()) {
+      pids.push_back(p.at("pid").to_number<pid_t>());
+    }
+  }
+  ASSERT_EQ(pids.size(), 4u) << running;
   // Training is under way (a progress line with clocks).
   ASSERT_TRUE((*up)->WaitForLine("min ", 60000).ok()) << (*up)->Log();
   std::string ps;
@@ -143,6 +240,7 @@ TEST(Training, LauncherKilledTakesItsProcessesWithIt) {
       },
       10000))
       << "still running: " << ps;
+  for (pid_t pid : pids) EXPECT_FALSE(Runs(pid)) << "pid " << pid;
 }
 
 // Every parameter of an MLP trained with s = 0 by 2 workers on 2 shards.

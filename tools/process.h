@@ -1,8 +1,10 @@
 // Child processes for the launcher and the tests: a binary run with its
 // stdout and stderr in a log file, killed (SIGKILL) on destruction if it
-// still runs, and sent SIGTERM by the kernel when the thread that started
-// it exits (PR_SET_PDEATHSIG), so that a launcher killed with SIGKILL
-// leaves nothing behind: start processes from a thread that outlives them.
+// still runs. Started with posix_spawn, so that a threaded parent runs
+// nothing between fork and exec. A tether program started here dies with
+// the thread that started it (schema/launcher.h: it is sent SIGTERM), so
+// that a launcher killed with SIGKILL leaves nothing behind: start
+// processes from a thread that outlives them.
 // Not thread-safe.
 #pragma once
 
@@ -10,15 +12,31 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "schema/status.h"
 
 namespace tether {
 
+// What a tether-server started with --ready-file PATH writes to PATH once it
+// listens (README, "tether-server flags").
+struct ShardReady {
+  int shard_id = 0;
+  std::string listen;     // HOST:PORT it is bound to, its port picked
+  std::string advertise;  // HOST:PORT workers dial (--advertise, or listen)
+  std::string dashboard;  // "http://HOST:PORT/"; empty without one
+  pid_t pid = 0;
+};
+
+// Parses a ready file's text. kInvalidArgument saying what is wrong.
+Result<ShardReady> ParseShardReady(std::string_view text);
+
 class Process {
  public:
-  // Starts `argv` (argv[0] is the binary's path); output goes to `log`.
+  // Starts `argv` (argv[0] is the binary's path); output goes to `log`,
+  // created or truncated. kIoError naming the log or the binary when it
+  // cannot be created or started (a missing binary, for one).
   static Result<std::unique_ptr<Process>> Start(std::vector<std::string> argv,
                                                 std::string log);
   ~Process();
@@ -30,6 +48,12 @@ class Process {
   // Waits until a log line contains `needle`; returns that line. kTimeout,
   // or kUnavailable when the process exits first.
   Result<std::string> WaitForLine(const std::string& needle, int timeout_ms);
+  // Waits until `path` holds this process's ready file (tether-server
+  // --ready-file PATH: written whole, once it listens; one left by another
+  // process is ignored). kTimeout, or kUnavailable when the process exits
+  // first, each with the tail of the log; kInvalidArgument when the file
+  // does not parse.
+  Result<ShardReady> WaitForReady(const std::string& path, int timeout_ms);
   // Waits for exit: the exit status, or 128 + signal. kTimeout if running.
   Result<int> Wait(int timeout_ms);
   void Signal(int sig);
@@ -43,8 +67,6 @@ class Process {
   int exit_code_ = 0;
 };
 
-// The address in a "... listening on HOST:PORT" log line.
-std::string AddressFromLine(const std::string& line);
 // The last `lines` lines of `text`.
 std::string Tail(const std::string& text, int lines);
 

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -21,7 +24,9 @@
 #include <tuple>
 #include <vector>
 
+#include "schema/atomic_file.h"
 #include "schema/flags.h"
+#include "schema/launcher.h"
 #include "schema/log.h"
 #include "tools/process.h"
 #include "worker/client.h"
@@ -60,6 +65,9 @@ struct UpOptions {
   std::string auth_key_file;  // the run's shared key, for every process
   // The dashboard's token for POST endpoints; default LOG_DIR/dashboard.token.
   std::string http_token_file;
+  // JSON for scripts: where the run is and its processes, then how it
+  // ended (README, "tether-up"); empty: none.
+  std::string summary_file;
   // With --resume: the flags of RunFlags() given on the command line; shard
   // 0 gets only these of the run-wide ones and takes the rest from the
   // round.
@@ -124,6 +132,21 @@ class Launcher {
   int Run();
 
  private:
+  // How the run ended, for --summary-file.
+  struct Outcome {
+    int exit_code = 0;
+    std::string error;  // why it failed; empty when it ran to its end
+    double seconds = 0;
+    double accuracy = -1;     // the final evaluation's; -1: none
+    int64_t stopped_at = -1;  // stopped from the dashboard at this clock
+    int64_t round = -1;       // the checkpoint round holding a stopped run
+  };
+  // A process started, as --summary-file lists it (after StopAll too).
+  struct Started {
+    pid_t pid;
+    std::string log;
+  };
+
   Status StartShards();
   Status StartWorkers();
   // A worker's program and model flags: tether-worker --model M, or
@@ -143,6 +166,12 @@ class Launcher {
   void PrintStopped(int64_t clock, int64_t round, double accuracy, double secs);
   void StopAll();
   void PrintResult(double accuracy, double secs);
+  // Writes --summary-file, if given: `state` is starting, running,
+  // lingering or exited; `outcome` is null until the run has ended. Says
+  // on stderr why it could not.
+  Status WriteSummary(const char* state, const Outcome* outcome) const;
+  // --summary-file's "result".
+  boost::json::object ResultJson(const Outcome& outcome) const;
   Status Failed(const Process& p, const std::string& name,
                 const std::string& what);
   // Appends --auth-key-file to a shard's or worker's arguments.
@@ -154,6 +183,8 @@ class Launcher {
   std::string dashboard_;  // its URL, when served
   std::vector<std::unique_ptr<Process>> shards_;
   std::vector<std::unique_ptr<Process>> workers_;
+  std::vector<Started> started_shards_;
+  std::vector<Started> started_workers_;
   std::unique_ptr<Client> observer_;
   Clock::time_point start_ = Clock::now();
   double target_reached_s_ = -1;  // when a test accuracy >= target was seen
@@ -217,19 +248,22 @@ Status Launcher::StartShards() {
       argv.push_back("--coordinator");
       argv.push_back(coordinator_);
     }
-    std::string name = "shard " + std::to_string(id);
-    auto p = Process::Start(
-        WithKey(argv), o_.log_dir + "/shard" + std::to_string(id) + ".log");
+    const std::string name = "shard " + std::to_string(id);
+    const std::string base = o_.log_dir + "/shard" + std::to_string(id);
+    argv.push_back("--ready-file");
+    argv.push_back(base + ".ready");
+    auto p = Process::Start(WithKey(argv), base + ".log");
     if (!p.ok()) return p.status().WithContext(name);
     shards_.push_back(std::move(*p));
-    auto line = shards_.back()->WaitForLine("listening on", 15000);
-    if (!line.ok()) return Failed(*shards_.back(), name, "did not start");
-    if (id == 0) coordinator_ = AddressFromLine(*line);
-    if (id == 0 && o_.http != "off") {
-      auto url = shards_.back()->WaitForLine("dashboard at ", 5000);
-      if (!url.ok())
+    started_shards_.push_back({shards_.back()->pid(), base + ".log"});
+    auto ready = shards_.back()->WaitForReady(base + ".ready", 15000);
+    if (!ready.ok()) return Failed(*shards_.back(), name, "did not start");
+    if (id == 0) {
+      coordinator_ = ready->advertise;
+      dashboard_ = ready->dashboard;
+      if (o_.http != "off" && dashboard_.empty()) {
         return Failed(*shards_.back(), name, "served no dashboard");
-      dashboard_ = url->substr(url->find("dashboard at ") + 13);
+      }
     }
   }
   return Status::Ok();
@@ -289,6 +323,8 @@ Status Launcher::StartWorkers() {
         WithKey(argv), o_.log_dir + "/worker" + std::to_string(r) + ".log");
     if (!p.ok()) return p.status().WithContext("worker " + std::to_string(r));
     workers_.push_back(std::move(*p));
+    started_workers_.push_back(
+        {workers_.back()->pid(), workers_.back()->log_path()});
   }
   return Status::Ok();
 }
@@ -426,6 +462,7 @@ int Launcher::Run() {
       o_.shards, o_.workers, o_.slow, o_.slowdown, o_.staleness,
       (o_.python_model.empty() ? o_.model : o_.python_model).c_str(),
       o_.data.c_str(), o_.epochs, o_.log_dir.c_str());
+  if (!WriteSummary("starting", nullptr).ok()) return 1;
   Status s = StartShards();
   if (s.ok()) {
     std::printf("coordinator: %s\n", coordinator_.c_str());
@@ -448,6 +485,7 @@ int Launcher::Run() {
     std::fflush(stdout);
     s = StartWorkers();
   }
+  if (s.ok()) (void)WriteSummary("running", nullptr);
   if (s.ok()) s = Watch();
   const int64_t stopped_at = s.ok() ? StoppedAtClock() : -1;
   double accuracy = -1;
@@ -455,15 +493,24 @@ int Launcher::Run() {
   const int64_t stopped_round = stopped_at >= 0 ? LastCompleteRound() : -1;
   double secs = std::chrono::duration<double>(Clock::now() - start_).count();
   if (!s.ok() || o_.linger_s == 0) StopAll();
+  Outcome outcome;
+  outcome.seconds = secs;
   if (!s.ok()) {
     std::fprintf(stderr, "\ntether-up: %s\n", s.message().c_str());
     std::fprintf(stderr, "tether-up: stopped every process; logs in %s\n",
                  o_.log_dir.c_str());
-    return g_interrupted ? 130 : 1;
+    outcome.exit_code = g_interrupted ? 130 : 1;
+    outcome.error = s.message();
+    (void)WriteSummary("exited", &outcome);
+    return outcome.exit_code;
   }
   // A stopped run did what it was told: no target to miss.
   const bool reached =
       stopped_at >= 0 || accuracy < 0 || accuracy >= o_.target_accuracy;
+  outcome.exit_code = reached ? 0 : 1;
+  outcome.accuracy = accuracy;
+  outcome.stopped_at = stopped_at;
+  outcome.round = stopped_round;
   if (stopped_at >= 0) {
     PrintStopped(stopped_at, stopped_round, accuracy, secs);
   } else if (accuracy < 0) {
@@ -476,6 +523,7 @@ int Launcher::Run() {
                             ? std::string("until Ctrl-C")
                             : "for " + std::to_string(int(o_.linger_s)) +
                                   " s (Ctrl-C stops them sooner)";
+    (void)WriteSummary("lingering", &outcome);
     std::printf("tether-up: training done; the shards%s stay up %s\n",
                 dashboard_.empty() ? "" : (" and " + dashboard_).c_str(),
                 until.c_str());
@@ -488,7 +536,70 @@ int Launcher::Run() {
     }
     StopAll();
   }
-  return reached ? 0 : 1;
+  (void)WriteSummary("exited", &outcome);
+  return outcome.exit_code;
+}
+
+boost::json::object Launcher::ResultJson(const Outcome& outcome) const {
+  boost::json::object result;
+  result["exit_code"] = outcome.exit_code;
+  result["error"] = nullptr;
+  if (!outcome.error.empty()) result["error"] = outcome.error;
+  result["seconds"] = outcome.seconds;
+  // null: not measured (sparse-lr, or a failed run), or not stopped.
+  result["accuracy"] = nullptr;
+  result["target_accuracy"] = o_.target_accuracy;
+  result["reached_target"] = nullptr;
+  if (outcome.accuracy >= 0) {
+    result["accuracy"] = outcome.accuracy;
+    result["reached_target"] = outcome.accuracy >= o_.target_accuracy;
+  }
+  result["stopped_at_clock"] = nullptr;
+  result["stopped_round"] = nullptr;
+  if (outcome.stopped_at >= 0) {
+    result["stopped_at_clock"] = outcome.stopped_at;
+    if (outcome.round >= 0) result["stopped_round"] = outcome.round;
+  }
+  return result;
+}
+
+Status Launcher::WriteSummary(const char* state, const Outcome* outcome) const {
+  if (o_.summary_file.empty()) return Status::Ok();
+  namespace json = boost::json;
+  auto text_or_null = [](const std::string& text) -> json::value {
+    if (text.empty()) return nullptr;
+    return json::value(text);
+  };
+  auto list = [](const std::vector<Started>& started) {
+    json::array list;
+    for (const Started& p : started) {
+      json::object process;
+      process["pid"] = p.pid;
+      process["log"] = p.log;
+      list.push_back(std::move(process));
+    }
+    return list;
+  };
+  json::object summary;
+  summary["state"] = state;
+  summary["pid"] = getpid();
+  summary["coordinator"] = text_or_null(coordinator_);
+  summary["dashboard"] = text_or_null(dashboard_);
+  summary["token_file"] =
+      text_or_null(dashboard_.empty() ? "" : o_.http_token_file);
+  summary["log_dir"] = o_.log_dir;
+  summary["data_dir"] = o_.data_dir;
+  summary["shards"] = list(started_shards_);
+  summary["workers"] = list(started_workers_);
+  summary["result"] = nullptr;
+  if (outcome != nullptr) summary["result"] = ResultJson(*outcome);
+  Status s =
+      WriteFileAtomically(o_.summary_file, json::serialize(summary) + "\n");
+  if (!s.ok()) {
+    std::fprintf(stderr, "tether-up: --summary-file: %s\n",
+                 s.message().c_str());
+  }
+  return s;
 }
 
 int64_t Launcher::StoppedAtClock() const {
@@ -599,6 +710,10 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddString("http-token-file", &o.http_token_file,
               "the dashboard's token for POST endpoints (created when "
               "missing; default: LOG_DIR/dashboard.token)");
+  p.AddString("summary-file", &o.summary_file,
+              "write this JSON file (whole, by rename) as the run starts, "
+              "once its processes run, and when it ends: coordinator, "
+              "dashboard, log dir, pids, then the result");
 }
 
 // --resume: the run's flags come from DATA_DIR/tether-up.flags (written when
@@ -677,6 +792,7 @@ void SaveFlags(const UpOptions& o) {
 }
 
 int Main(int argc, char** argv) {
+  DieWithLauncher();  // when started by a launcher of its own (the tests)
   UpOptions o;
   FlagParser p("tether-up", kSummary);
   BindFlags(p, o);

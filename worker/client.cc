@@ -1,6 +1,8 @@
 #include "worker/client.h"
 
 #include <algorithm>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -8,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "schema/auth.h"
@@ -125,28 +128,57 @@ int64_t UnixMs() {
 }  // namespace
 
 struct Client::Impl {
-  // One shard's connection and the requests waiting for its answers.
+  // One shard's connection and the requests waiting for its answers. Owned
+  // by shared_ptr: the handlers of its own asynchronous operations (the
+  // heartbeat loop, a handshake step, reconnection) hold it while pending,
+  // those of its connection hold it weakly.
   struct Link {
-    int shard_id = 0;
-    std::string address;
-    std::shared_ptr<Connection> conn;
+    Link(asio::io_context& io, int id, std::string addr)
+        : shard_id(id),
+          address(std::move(addr)),
+          strand(asio::make_strand(io)),
+          timer(strand),
+          backoff(strand),
+          deadline(strand),
+          resolver(strand) {}
+
+    // Constant after construction.
+    const int shard_id;
+    const std::string address;
+    // Heartbeats, handshake steps and reconnection run here, one at a
+    // time; other threads enter only by posting to it.
+    const asio::strand<asio::io_context::executor_type> strand;
+
     std::mutex mu;
     struct Pending {
       ReplyHandler handler;
       std::chrono::steady_clock::time_point sent;
     };
+    std::shared_ptr<Connection> conn;               // guarded by mu
     std::unordered_map<uint64_t, Pending> pending;  // guarded by mu
     bool closed = false;                            // guarded by mu
     int generation = 0;         // guarded by mu; one per connection
     bool gave_up = false;       // guarded by mu: reconnecting failed for good
-    bool reconnecting = false;  // guarded by mu: the reconnector runs
+    bool reconnecting = false;  // guarded by mu: lost, being dialled again
     bool ticking = false;       // guarded by mu: the heartbeat loop runs
     bool greeted = false;       // guarded by mu: Hello sent on this conn
-    std::thread reconnector;    // started by OnClose only (workers)
-    // Heartbeats and the slow-request watchdog, on the link's own strand.
-    std::unique_ptr<asio::steady_timer> timer;
+
+    // On the strand.
+    asio::steady_timer timer;     // heartbeats and the slow-request watchdog
+    asio::steady_timer backoff;   // the wait before the next dial
+    asio::steady_timer deadline;  // of the handshake step in flight
+    tcp::resolver resolver;
+    std::optional<tcp::socket> dialing;  // a connect in flight
+    uint64_t step = 0;  // the step in flight; a late answer to an older one
+                        // (timed out, superseded) is dropped
+    int64_t last_warned_ms = 0;
+    // The reconnection in progress (workers).
+    std::chrono::steady_clock::time_point lost_at;
+    int attempt = 0;
+    int delay_ms = 100;
+    int64_t waited_ms = 0;  // from lost_at to the current attempt's dial
+
     std::atomic<int64_t> last_heard_ms{0};  // steady clock, any frame
-    int64_t last_warned_ms = 0;             // on the timer's strand
     // From the shard's latest heartbeat: workers connected to it, of the
     // run's --workers; -1 until it says.
     std::atomic<int> workers_joined{-1};
@@ -165,6 +197,11 @@ struct Client::Impl {
     uint32_t dim = 0;
     Init init;
   };
+  using Defined = std::vector<std::pair<std::string, TensorMeta>>;
+  using WelcomeHandler = std::function<void(Result<WelcomeInfo>)>;
+  template <typename T>
+  using Parser =
+      std::function<Result<T>(const wire::Message* reply, const Status& error)>;
 
   explicit Impl(ClientOptions o)
       : options(std::move(o)), work(asio::make_work_guard(io)) {
@@ -172,38 +209,82 @@ struct Client::Impl {
   }
 
   ~Impl() {
+    // Every step of a link's asynchronous work checks `stopping` first, so
+    // once Shut has run on its strand nothing new starts there; the I/O
+    // threads then run what is left and return.
     stopping = true;
     for (auto& link : links) {
-      if (link->reconnector.joinable()) link->reconnector.join();
-    }
-    for (auto& link : links) {
-      if (link->timer) {
-        asio::steady_timer* timer = link->timer.get();
-        asio::post(timer->get_executor(), [timer] { timer->cancel(); });
-      }
-      if (link->conn) link->conn->Close();
+      asio::post(link->strand, [link] { Shut(*link); });
     }
     work.reset();
     for (std::thread& t : threads) t.join();
   }
 
-  Result<Link*> Open(int shard_id, const std::string& address);
+  // Connects to `address` (blocking: Connect() runs on the caller's thread)
+  // and adds the link.
+  Result<std::shared_ptr<Link>> Open(int shard_id, const std::string& address);
   // Starts reading `conn` as the link's connection (a new generation).
-  void Attach(Link& link, std::shared_ptr<Connection> conn);
-  Result<WelcomeInfo> Handshake(Link& link, int rank, int timeout_ms);
-  // Workers: after a link is lost, dials it again with backoff (up to
-  // reconnect_timeout_ms), says Hello with this worker's clock, and
-  // defines every tensor again; requests fail fast meanwhile.
-  void Reconnect(Link& link);
-  Status Redefine(Link& link);
-  void Send(Link& link, uint64_t id, OutFrame frame, ReplyHandler handler);
+  void Attach(const std::shared_ptr<Link>& link,
+              std::shared_ptr<Connection> conn);
+  // Says Hello (answering the shard's Challenge when keyed) and calls
+  // `done` on the link's strand with the Welcome, or kTimeout once it has
+  // waited timeout_ms for it. Call on the link's strand.
+  void Greet(const std::shared_ptr<Link>& link, int rank, int timeout_ms,
+             WelcomeHandler done);
+  void SendHello(const std::shared_ptr<Link>& link, OutFrame hello,
+                 int timeout_ms, WelcomeHandler done);
+  // Greet, blocking: for Connect().
+  Result<WelcomeInfo> Handshake(const std::shared_ptr<Link>& link, int rank,
+                                int timeout_ms);
+  // Sends request `id` and calls `done` once, on the link's strand, with
+  // what `parse` makes of the answer, or with `timeout` after timeout_ms.
+  // Call on the link's strand; one at a time per link.
+  template <typename T>
+  void Ask(const std::shared_ptr<Link>& link, uint64_t id, OutFrame frame,
+           int timeout_ms, Parser<T> parse, Status timeout,
+           std::function<void(Result<T>)> done);
+  // Defines `defined[next...]` again on a restarted shard, one after the
+  // other, then calls `done` on the link's strand.
+  void Redefine(const std::shared_ptr<Link>& link,
+                std::shared_ptr<const Defined> defined, size_t next,
+                std::function<void(const Status&)> done);
+
+  // Workers: after a link is lost, a state machine on its strand waits
+  // (0.1 s doubling to 5 s), dials, says Hello with this worker's clock and
+  // defines every tensor again, until that succeeds or reconnect_timeout_ms
+  // has passed; requests fail fast meanwhile.
+  void StartReconnect(const std::shared_ptr<Link>& link);
+  void AwaitBackoff(const std::shared_ptr<Link>& link);
+  void Dial(const std::shared_ptr<Link>& link);
+  void OnResolved(const std::shared_ptr<Link>& link, const HostPort& hp,
+                  const boost::system::error_code& ec,
+                  const tcp::resolver::results_type& endpoints);
+  void OnDialed(const std::shared_ptr<Link>& link, const HostPort& hp,
+                const boost::system::error_code& ec);
+  void OnRejoined(const std::shared_ptr<Link>& link, Result<WelcomeInfo> w);
+  void OnRedefined(const std::shared_ptr<Link>& link, const Status& s);
+  // The attempt failed: closes what it opened and waits for the next.
+  void RetryLater(const std::shared_ptr<Link>& link, const Status& why);
+  // The client is closing: cancels the link's timers and dialling and
+  // closes its connection. On the link's strand.
+  static void Shut(Link& link);
+
+  // Queues request `id`; `handler` runs with its answer, or at once with
+  // kUnavailable while the link is down. Only the handshake's own requests
+  // (`rejoining`) go out while a reconnection is still under way, so that
+  // no request reaches a restarted shard before its tensors are defined.
+  void Send(Link& link, uint64_t id, OutFrame frame, ReplyHandler handler,
+            bool rejoining = false);
   void OnFrame(Link& link, const Frame& frame);
-  void OnClose(Link& link, int generation, const Status& why);
+  void OnClose(const std::shared_ptr<Link>& link, int generation,
+               const Status& why);
   // What a Hello still waiting for its Welcome waits for, from the shard's
   // latest heartbeat: "waiting for 1 more worker to join (1/2)".
   std::string JoinWait(const Link& link) const;
   // Sends a heartbeat every heartbeat_ms and logs requests that wait long.
-  void Tick(Link& link);
+  // On the link's strand.
+  void ArmTick(const std::shared_ptr<Link>& link);
+  void Tick(const std::shared_ptr<Link>& link);
   Result<TensorMeta> Lookup(const std::string& name, bool sparse);
   void Define(const std::string& name, bool sparse,
               const std::vector<uint64_t>& shape, uint32_t dim, Init init,
@@ -215,7 +296,7 @@ struct Client::Impl {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work;
   std::vector<std::thread> threads;
-  std::vector<std::unique_ptr<Link>> links;
+  std::vector<std::shared_ptr<Link>> links;  // fixed once Connect() returns
   std::atomic<uint64_t> next_id{1};
   WelcomeInfo welcome;
   std::atomic<int64_t> clock{0};
@@ -248,166 +329,390 @@ OutFrame DefineFrame(uint64_t request, const std::string& name, bool sparse,
                                        fbb.CreateVector(shape), init_offset));
 }
 
+Result<WelcomeInfo> ParseWelcome(const wire::Message* m, const Status& error,
+                                 const std::string& peer) {
+  if (m == nullptr) return error;
+  const wire::Welcome* w = m->body_as_Welcome();
+  if (w == nullptr || w->config() == nullptr) {
+    return ProtocolError(peer + " answered Hello with " +
+                         wire::EnumNameBody(m->body_type()));
+  }
+  WelcomeInfo info;
+  info.rank = w->rank();
+  info.staleness = w->staleness();
+  info.clock = w->clock();
+  info.seed = w->config()->seed();
+  info.num_shards = w->config()->num_shards();
+  info.num_workers = w->config()->num_workers();
+  info.block_size = w->config()->block_size();
+  info.heartbeat_ms = w->config()->heartbeat_ms();
+  info.silence_ms = w->config()->worker_timeout_ms();
+  info.resume_round = w->config()->resume_round();
+  if (w->shard_map() && w->shard_map()->shards()) {
+    for (const wire::ShardInfo* s : *w->shard_map()->shards()) {
+      info.shard_addresses.push_back(s->address() ? s->address()->str() : "");
+    }
+  }
+  return info;
+}
+
+// Worded as ConnectWithRetry words its errors (a single try).
+Status DialError(const std::string& what, const HostPort& hp,
+                 const boost::system::error_code& ec) {
+  const std::string head =
+      "cannot reach " + what + " at " + hp.ToString() + ": ";
+  if (ec == asio::error::host_not_found) {
+    return Unavailable(head + "the host name '" + hp.host +
+                       "' does not resolve (" + ec.message() + ")");
+  }
+  return Unavailable(head + ec.message() + " (tried for 0.00 s)");
+}
+
 }  // namespace
 
-Result<Client::Impl::Link*> Client::Impl::Open(int shard_id,
-                                               const std::string& address) {
+Result<std::shared_ptr<Client::Impl::Link>> Client::Impl::Open(
+    int shard_id, const std::string& address) {
   auto hp = ParseHostPort(address, "shard " + std::to_string(shard_id));
   if (!hp.ok()) return hp.status();
   std::string what =
       shard_id == 0 ? "the coordinator" : "shard " + std::to_string(shard_id);
   auto socket = ConnectWithRetry(io, *hp, what, options.connect_timeout_ms);
   if (!socket.ok()) return socket.status();
-  auto link = std::make_unique<Link>();
-  link->shard_id = shard_id;
-  link->address = address;
+  auto link = std::make_shared<Link>(io, shard_id, address);
   ConnectionOptions co;
   co.max_frame_bytes = options.max_frame_bytes;
-  Link* raw = link.get();
-  links.push_back(std::move(link));
-  Attach(*raw, std::make_shared<Connection>(std::move(*socket), co));
-  return raw;
+  links.push_back(link);
+  Attach(link, std::make_shared<Connection>(std::move(*socket), co));
+  return link;
 }
 
-void Client::Impl::Attach(Link& link, std::shared_ptr<Connection> conn) {
+void Client::Impl::Attach(const std::shared_ptr<Link>& link,
+                          std::shared_ptr<Connection> conn) {
   int generation;
   {
-    std::lock_guard lock(link.mu);
-    generation = ++link.generation;
-    link.conn = conn;
-    link.closed = false;
-    link.greeted = false;
-    link.last_heard_ms = SteadyMs();
+    std::lock_guard lock(link->mu);
+    generation = ++link->generation;
+    link->conn = conn;
+    link->closed = false;
+    link->greeted = false;
+    link->last_heard_ms = SteadyMs();
   }
-  Link* raw = &link;
-  conn->Start([this, raw](Frame frame) { OnFrame(*raw, frame); },
-              [this, raw, generation](const Status& why) {
-                OnClose(*raw, generation, why);
-              });
+  std::weak_ptr<Link> weak = link;
+  conn->Start(
+      [this, weak](Frame frame) {
+        if (auto l = weak.lock()) OnFrame(*l, frame);
+      },
+      [this, weak, generation](const Status& why) {
+        if (auto l = weak.lock()) OnClose(l, generation, why);
+      });
 }
 
-Result<WelcomeInfo> Client::Impl::Handshake(Link& link, int rank,
-                                            int timeout_ms) {
+template <typename T>
+void Client::Impl::Ask(const std::shared_ptr<Link>& link, uint64_t id,
+                       OutFrame frame, int timeout_ms, Parser<T> parse,
+                       Status timeout, std::function<void(Result<T>)> done) {
+  const uint64_t step = ++link->step;
+  std::weak_ptr<Link> weak = link;
+  // From any thread: the answer, a failure or the deadline, first one wins.
+  auto finish = [weak, step, done = std::move(done)](Result<T> result) {
+    std::shared_ptr<Link> l = weak.lock();
+    if (!l) return;
+    asio::post(l->strand,
+               [l, step, done, result = std::move(result)]() mutable {
+                 if (l->step != step) return;
+                 ++l->step;
+                 l->deadline.cancel();
+                 done(std::move(result));
+               });
+  };
+  if (stopping) {
+    // Shut may have run: arm nothing that would hold the I/O threads up.
+    return finish(Unavailable(link->Describe() + ": the client is closing"));
+  }
+  link->deadline.expires_after(std::chrono::milliseconds(timeout_ms));
+  link->deadline.async_wait(
+      [finish, timeout](const boost::system::error_code& ec) {
+        if (!ec) finish(timeout);
+      });
+  Send(
+      *link, id, std::move(frame),
+      [finish, parse = std::move(parse)](const wire::Message* m,
+                                         const Status& error) {
+        finish(parse(m, error));
+      },
+      /*rejoining=*/true);
+}
+
+void Client::Impl::Greet(const std::shared_ptr<Link>& link, int rank,
+                         int timeout_ms, WelcomeHandler done) {
   HelloFields fields;
   fields.role = options.observer ? wire::Role::Observer : wire::Role::Worker;
   fields.rank = rank;
   fields.staleness = options.staleness;
   fields.name = options.name;
   // Only the coordinator lists the run's processes.
-  if (link.shard_id == 0) fields.command = options.command;
+  if (link->shard_id == 0) fields.command = options.command;
   // A worker coming back after a lost connection says its clock, so the
   // shard does not hold it (and everyone) back at an older one.
   fields.clock = welcomed ? clock.load() : -1;
-  std::string peer = link.Describe();
   auto auth = std::make_shared<PeerAuth>(auth_key);
   OutFrame hello = auth->First(std::move(fields));
-  if (auth_key) {
-    // The shard challenges at once (before the coordinator waits for the
-    // others to join), so this waits no longer than a connect.
-    auto answer = std::make_shared<std::promise<Result<OutFrame>>>();
-    auto answered = answer->get_future();
-    Send(link, 0, std::move(hello),
-         [answer, auth, peer](const wire::Message* m, const Status& error) {
-           if (m == nullptr) return answer->set_value(error);
-           if (const wire::Challenge* c = m->body_as_Challenge()) {
-             return answer->set_value(auth->Answer(*c, peer));
-           }
-           Status refused = auth->CheckWelcome(peer);
-           answer->set_value(
-               !refused.ok()
-                   ? refused
-                   : ProtocolError(peer + " answered Hello with " +
-                                   wire::EnumNameBody(m->body_type())));
-         });
-    const int wait_ms = std::max(options.connect_timeout_ms, 1000);
-    if (answered.wait_for(std::chrono::milliseconds(wait_ms)) !=
-        std::future_status::ready) {
-      return Status(Code::kTimeout, "no Challenge from " + peer + " after " +
-                                        std::to_string(wait_ms / 1000) + " s");
-    }
-    Result<OutFrame> second = answered.get();
-    if (!second.ok()) return second.status();
-    hello = std::move(*second);
-  }
-  auto promise = std::make_shared<std::promise<Result<WelcomeInfo>>>();
-  auto future = promise->get_future();
-  Send(link, 0, std::move(hello),
-       [promise, peer](const wire::Message* m, const Status& error) {
-         if (m == nullptr) return promise->set_value(error);
-         const wire::Welcome* w = m->body_as_Welcome();
-         if (w == nullptr || w->config() == nullptr) {
-           return promise->set_value(
-               ProtocolError(peer + " answered Hello with " +
-                             wire::EnumNameBody(m->body_type())));
-         }
-         WelcomeInfo info;
-         info.rank = w->rank();
-         info.staleness = w->staleness();
-         info.clock = w->clock();
-         info.seed = w->config()->seed();
-         info.num_shards = w->config()->num_shards();
-         info.num_workers = w->config()->num_workers();
-         info.block_size = w->config()->block_size();
-         info.heartbeat_ms = w->config()->heartbeat_ms();
-         info.silence_ms = w->config()->worker_timeout_ms();
-         info.resume_round = w->config()->resume_round();
-         if (w->shard_map() && w->shard_map()->shards()) {
-           for (const wire::ShardInfo* s : *w->shard_map()->shards()) {
-             info.shard_addresses.push_back(s->address() ? s->address()->str()
-                                                         : "");
-           }
-         }
-         promise->set_value(std::move(info));
-       });
+  if (!auth_key) return SendHello(link, std::move(hello), timeout_ms, done);
+  // The shard challenges at once (before the coordinator waits for the
+  // others to join), so this waits no longer than a connect.
+  const std::string peer = link->Describe();
+  const int wait_ms = std::max(options.connect_timeout_ms, 1000);
+  Ask<OutFrame>(
+      link, 0, std::move(hello), wait_ms,
+      [auth, peer](const wire::Message* m,
+                   const Status& error) -> Result<OutFrame> {
+        if (m == nullptr) return error;
+        if (const wire::Challenge* c = m->body_as_Challenge()) {
+          return auth->Answer(*c, peer);
+        }
+        Status refused = auth->CheckWelcome(peer);
+        if (!refused.ok()) return refused;
+        return ProtocolError(peer + " answered Hello with " +
+                             wire::EnumNameBody(m->body_type()));
+      },
+      Status(Code::kTimeout, "no Challenge from " + peer + " after " +
+                                 std::to_string(wait_ms / 1000) + " s"),
+      [this, link, timeout_ms, done](Result<OutFrame> second) {
+        if (!second.ok()) return done(second.status());
+        SendHello(link, std::move(*second), timeout_ms, done);
+      });
+}
+
+void Client::Impl::SendHello(const std::shared_ptr<Link>& link, OutFrame hello,
+                             int timeout_ms, WelcomeHandler done) {
+  const std::string peer = link->Describe();
+  const std::string why = link->shard_id == 0 && !options.observer
+                              ? " (are all --workers started?)"
+                              : "";
+  Ask<WelcomeInfo>(
+      link, 0, std::move(hello), timeout_ms,
+      [peer](const wire::Message* m, const Status& error) {
+        return ParseWelcome(m, error, peer);
+      },
+      Status(Code::kTimeout, "no Welcome from " + peer + " after " +
+                                 std::to_string(timeout_ms / 1000) + " s" +
+                                 why),
+      std::move(done));
   bool start_ticking = false;
   {
-    std::lock_guard lock(link.mu);
-    link.greeted = true;     // heartbeats may follow the Hello now
+    std::lock_guard lock(link->mu);
+    link->greeted = true;    // heartbeats may follow the Hello now
     if (heartbeat_ms > 0) {  // observers too: idle connections are closed
-      start_ticking = !link.ticking;
-      link.ticking = true;
+      start_ticking = !link->ticking;
+      link->ticking = true;
     }
   }
-  if (start_ticking) {
-    // Heartbeats start once the Hello is on its way, so a worker waiting
-    // for the others to join is not taken for a silent one. (A loop that
-    // stopped with a lost connection is not running: one timer, one loop.)
-    if (!link.timer) {
-      link.timer = std::make_unique<asio::steady_timer>(asio::make_strand(io));
-    }
-    asio::post(link.timer->get_executor(), [this, &link] {
-      link.timer->expires_after(std::chrono::milliseconds(heartbeat_ms.load()));
-      link.timer->async_wait(
-          [this, &link](const boost::system::error_code& ec) {
-            if (!ec) Tick(link);
-          });
+  // Heartbeats start once the Hello is on its way, so a worker waiting for
+  // the others to join is not taken for a silent one. (A loop that stopped
+  // with a lost connection is not running: one timer, one loop.)
+  if (start_ticking) ArmTick(link);
+}
+
+Result<WelcomeInfo> Client::Impl::Handshake(const std::shared_ptr<Link>& link,
+                                            int rank, int timeout_ms) {
+  auto promise = std::make_shared<std::promise<Result<WelcomeInfo>>>();
+  auto future = promise->get_future();
+  asio::post(link->strand, [this, link, rank, timeout_ms, promise] {
+    Greet(link, rank, timeout_ms, [promise](Result<WelcomeInfo> w) {
+      promise->set_value(std::move(w));
     });
-  }
-  if (future.wait_for(std::chrono::milliseconds(timeout_ms)) !=
-      std::future_status::ready) {
-    std::string why = link.shard_id == 0 && !options.observer
-                          ? " (are all --workers started?)"
-                          : "";
-    return Status(Code::kTimeout, "no Welcome from " + peer + " after " +
-                                      std::to_string(timeout_ms / 1000) + " s" +
-                                      why);
-  }
+  });
   return future.get();
 }
 
+void Client::Impl::Redefine(const std::shared_ptr<Link>& link,
+                            std::shared_ptr<const Defined> defined, size_t next,
+                            std::function<void(const Status&)> done) {
+  if (next == defined->size()) return done(Status::Ok());
+  const auto& [name, meta] = (*defined)[next];
+  const uint64_t request = NextId();
+  Ask<uint32_t>(
+      link, request,
+      DefineFrame(request, name, meta.sparse, meta.shape, meta.dim, meta.init),
+      options.connect_timeout_ms,
+      [id = meta.id, name](const wire::Message* m,
+                           const Status& error) -> Result<uint32_t> {
+        if (m == nullptr) return error;
+        const wire::DefineAck* ack = m->body_as_DefineAck();
+        if (ack == nullptr || ack->id() != id) {
+          return ProtocolError("'" + name +
+                               "' came back with another id after the restart");
+        }
+        return id;
+      },
+      Status(Code::kTimeout, "defining '" + name + "' again timed out"),
+      [this, link, defined, next, done](Result<uint32_t> id) {
+        if (!id.ok()) return done(id.status());
+        Redefine(link, defined, next + 1, done);
+      });
+}
+
+void Client::Impl::StartReconnect(const std::shared_ptr<Link>& link) {
+  if (stopping) return;
+  link->lost_at = std::chrono::steady_clock::now();
+  link->attempt = 0;
+  link->delay_ms = 100;
+  AwaitBackoff(link);
+}
+
+void Client::Impl::AwaitBackoff(const std::shared_ptr<Link>& link) {
+  link->backoff.expires_after(std::chrono::milliseconds(link->delay_ms));
+  link->backoff.async_wait([this, link](const boost::system::error_code& ec) {
+    if (!ec) Dial(link);
+  });
+}
+
+void Client::Impl::Dial(const std::shared_ptr<Link>& link) {
+  if (stopping) return;
+  ++link->attempt;
+  link->waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - link->lost_at)
+                        .count();
+  if (link->waited_ms > options.reconnect_timeout_ms) {
+    TETHER_LOG(kError) << "gave up on " << link->Describe() << " after "
+                       << link->waited_ms / 1000 << " s and "
+                       << link->attempt - 1
+                       << " attempts (reconnect_timeout_ms)";
+    std::lock_guard lock(link->mu);
+    link->gave_up = true;
+    return;
+  }
+  auto hp = ParseHostPort(link->address, link->Describe());
+  if (!hp.ok()) return RetryLater(link, hp.status());
+  link->resolver.async_resolve(
+      hp->host, std::to_string(hp->port),
+      [this, link, hp = *hp](const boost::system::error_code& ec,
+                             const tcp::resolver::results_type& endpoints) {
+        OnResolved(link, hp, ec, endpoints);
+      });
+}
+
+void Client::Impl::OnResolved(const std::shared_ptr<Link>& link,
+                              const HostPort& hp,
+                              const boost::system::error_code& ec,
+                              const tcp::resolver::results_type& endpoints) {
+  if (stopping) return;
+  if (ec) return RetryLater(link, DialError(link->Describe(), hp, ec));
+  link->dialing.emplace(io);
+  asio::async_connect(
+      *link->dialing, endpoints,
+      asio::bind_executor(
+          link->strand,
+          [this, link, hp](const boost::system::error_code& ec,
+                           const tcp::endpoint&) { OnDialed(link, hp, ec); }));
+}
+
+void Client::Impl::OnDialed(const std::shared_ptr<Link>& link,
+                            const HostPort& hp,
+                            const boost::system::error_code& ec) {
+  if (stopping) return;  // Shut closes the socket
+  tcp::socket socket = std::move(*link->dialing);
+  link->dialing.reset();
+  if (ec) return RetryLater(link, DialError(link->Describe(), hp, ec));
+  ConnectionOptions co;
+  co.max_frame_bytes = options.max_frame_bytes;
+  Attach(link, std::make_shared<Connection>(std::move(socket), co));
+  Greet(
+      link, welcome.rank, options.connect_timeout_ms,
+      [this, link](Result<WelcomeInfo> w) { OnRejoined(link, std::move(w)); });
+}
+
+void Client::Impl::OnRejoined(const std::shared_ptr<Link>& link,
+                              Result<WelcomeInfo> w) {
+  if (stopping) return;
+  if (!w.ok()) return RetryLater(link, w.status());
+  int64_t mine = clock.load();
+  while (w->clock > mine && !clock.compare_exchange_weak(mine, w->clock)) {
+  }
+  auto defined = std::make_shared<Defined>();
+  {
+    std::lock_guard lock(tensors_mu);
+    defined->assign(tensors.begin(), tensors.end());
+  }
+  // In the order they were first defined, so a shard that starts empty
+  // hands out the same ids.
+  std::sort(defined->begin(), defined->end(), [](const auto& a, const auto& b) {
+    return a.second.id < b.second.id;
+  });
+  Redefine(link, std::move(defined), 0,
+           [this, link](const Status& s) { OnRedefined(link, s); });
+}
+
+void Client::Impl::OnRedefined(const std::shared_ptr<Link>& link,
+                               const Status& s) {
+  if (stopping) return;
+  if (!s.ok()) return RetryLater(link, s);
+  bool lost_again = false;
+  {
+    std::lock_guard lock(link->mu);
+    // Lost again before it was done: OnClose left that to this attempt.
+    lost_again = link->closed;
+    if (!lost_again) link->reconnecting = false;
+  }
+  if (lost_again) {
+    return RetryLater(link,
+                      Unavailable(link->Describe() + " closed the connection"));
+  }
+  TETHER_LOG(kWarning) << "reconnected to " << link->Describe() << " after "
+                       << link->attempt << " attempt(s), "
+                       << link->waited_ms / 1000 << " s";
+}
+
+void Client::Impl::RetryLater(const std::shared_ptr<Link>& link,
+                              const Status& why) {
+  if (link->attempt == 1 || link->attempt % 10 == 0) {
+    TETHER_LOG(kWarning) << "reconnecting, attempt " << link->attempt << ": "
+                         << why.message() << "; next in " << link->delay_ms
+                         << " ms";
+  }
+  std::shared_ptr<Connection> conn;
+  {
+    // A connection that failed half way is closed for good; the next
+    // attempt starts a new one.
+    std::lock_guard lock(link->mu);
+    conn = link->conn;
+    link->closed = true;
+  }
+  if (conn) conn->Close();
+  link->delay_ms = std::min(link->delay_ms * 2, 5000);
+  AwaitBackoff(link);
+}
+
+void Client::Impl::Shut(Link& link) {
+  link.timer.cancel();
+  link.backoff.cancel();
+  link.deadline.cancel();
+  link.resolver.cancel();
+  if (link.dialing) {
+    boost::system::error_code ignored;
+    link.dialing->close(ignored);
+  }
+  std::shared_ptr<Connection> conn;
+  {
+    std::lock_guard lock(link.mu);
+    conn = link.conn;
+  }
+  if (conn) conn->Close();
+}
+
 void Client::Impl::Send(Link& link, uint64_t id, OutFrame frame,
-                        ReplyHandler handler) {
+                        ReplyHandler handler, bool rejoining) {
   std::shared_ptr<Connection> conn;
   bool reconnecting = false;
   {
     std::lock_guard lock(link.mu);
-    if (!link.closed) {
+    if (!link.closed && (rejoining || !link.reconnecting)) {
       link.pending.emplace(id, Link::Pending{std::move(handler),
                                              std::chrono::steady_clock::now()});
       handler = nullptr;
       conn = link.conn;
     }
-    reconnecting = !link.gave_up && link.reconnector.joinable();
+    reconnecting = link.reconnecting && !link.gave_up;
   }
   if (handler) {
     return handler(nullptr,
@@ -462,129 +767,32 @@ void Client::Impl::OnFrame(Link& link, const Frame& frame) {
   handler(&m, Status::Ok());
 }
 
-void Client::Impl::OnClose(Link& link, int generation, const Status& why) {
+void Client::Impl::OnClose(const std::shared_ptr<Link>& link, int generation,
+                           const Status& why) {
   std::unordered_map<uint64_t, Link::Pending> pending;
   bool reconnect = false;
   {
-    std::lock_guard lock(link.mu);
-    if (generation != link.generation) return;  // an older connection
-    link.closed = true;
-    pending.swap(link.pending);
+    std::lock_guard lock(link->mu);
+    if (generation != link->generation) return;  // an older connection
+    link->closed = true;
+    pending.swap(link->pending);
     reconnect = !stopping && !options.observer && welcomed &&
-                options.reconnect_timeout_ms > 0 && !link.gave_up &&
-                !link.reconnecting;
-    if (reconnect) link.reconnecting = true;
+                options.reconnect_timeout_ms > 0 && !link->gave_up &&
+                !link->reconnecting;
+    if (reconnect) link->reconnecting = true;
   }
-  if (reconnect) ++losses;
   if (reconnect) {
-    // A previous reconnector has returned, or is about to: it cleared
-    // `reconnecting` as its last step.
-    if (link.reconnector.joinable()) link.reconnector.join();
-    link.reconnector = std::thread([this, &link] { Reconnect(link); });
+    ++losses;
+    asio::post(link->strand, [this, link] { StartReconnect(link); });
   }
-  Status error = Unavailable(link.Describe() + " closed the connection" +
+  Status error = Unavailable(link->Describe() + " closed the connection" +
                              (why.ok() ? "" : ": " + why.message()));
   if (reconnect) {
-    TETHER_LOG(kWarning) << "lost " << link.Describe()
+    TETHER_LOG(kWarning) << "lost " << link->Describe()
                          << (why.ok() ? "" : ": " + why.message())
                          << "; reconnecting";
   }
   for (auto& [id, p] : pending) p.handler(nullptr, error);
-}
-
-void Client::Impl::Reconnect(Link& link) {
-  const auto start = std::chrono::steady_clock::now();
-  auto hp = ParseHostPort(link.address, link.Describe());
-  int delay_ms = 100;
-  for (int attempt = 1; !stopping; ++attempt) {
-    // Sleep in small steps, so a client being destroyed is not held up.
-    for (int slept = 0; slept < delay_ms && !stopping; slept += 50) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    if (stopping) return;
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - start);
-    if (waited.count() > options.reconnect_timeout_ms) {
-      TETHER_LOG(kError) << "gave up on " << link.Describe() << " after "
-                         << waited.count() / 1000 << " s and " << attempt - 1
-                         << " attempts (reconnect_timeout_ms)";
-      std::lock_guard lock(link.mu);
-      link.gave_up = true;
-      return;
-    }
-    Status tried = [&]() -> Status {
-      if (!hp.ok()) return hp.status();
-      auto socket = ConnectWithRetry(io, *hp, link.Describe(), 0);
-      if (!socket.ok()) return socket.status();
-      ConnectionOptions co;
-      co.max_frame_bytes = options.max_frame_bytes;
-      Attach(link, std::make_shared<Connection>(std::move(*socket), co));
-      auto w = Handshake(link, welcome.rank, options.connect_timeout_ms);
-      if (!w.ok()) return w.status();
-      int64_t mine = clock.load();
-      while (w->clock > mine && !clock.compare_exchange_weak(mine, w->clock)) {
-      }
-      return Redefine(link);
-    }();
-    if (tried.ok()) {
-      TETHER_LOG(kWarning) << "reconnected to " << link.Describe() << " after "
-                           << attempt << " attempt(s), "
-                           << waited.count() / 1000 << " s";
-      std::lock_guard lock(link.mu);
-      link.reconnecting = false;
-      return;
-    }
-    if (attempt == 1 || attempt % 10 == 0) {
-      TETHER_LOG(kWarning) << "reconnecting, attempt " << attempt << ": "
-                           << tried.message() << "; next in " << delay_ms
-                           << " ms";
-    }
-    {
-      // A connection that failed half way is closed for good; the next
-      // attempt starts a new one.
-      std::lock_guard lock(link.mu);
-      if (link.conn) link.conn->Close();
-      link.closed = true;
-    }
-    delay_ms = std::min(delay_ms * 2, 5000);
-  }
-}
-
-Status Client::Impl::Redefine(Link& link) {
-  std::vector<std::pair<std::string, TensorMeta>> defined;
-  {
-    std::lock_guard lock(tensors_mu);
-    defined.assign(tensors.begin(), tensors.end());
-  }
-  // In the order they were first defined, so a shard that starts empty
-  // hands out the same ids.
-  std::sort(defined.begin(), defined.end(), [](const auto& a, const auto& b) {
-    return a.second.id < b.second.id;
-  });
-  for (const auto& [name, meta] : defined) {
-    auto promise = std::make_shared<std::promise<Status>>();
-    uint64_t request = NextId();
-    Send(
-        link, request,
-        DefineFrame(request, name, meta.sparse, meta.shape, meta.dim,
-                    meta.init),
-        [promise, id = meta.id, name](const wire::Message* m, const Status& e) {
-          if (m == nullptr) return promise->set_value(e);
-          const wire::DefineAck* ack = m->body_as_DefineAck();
-          if (ack == nullptr || ack->id() != id) {
-            return promise->set_value(ProtocolError(
-                "'" + name + "' came back with another id after the restart"));
-          }
-          promise->set_value(Status::Ok());
-        });
-    auto future = promise->get_future();
-    if (future.wait_for(std::chrono::milliseconds(
-            options.connect_timeout_ms)) != std::future_status::ready) {
-      return Status(Code::kTimeout, "defining '" + name + "' again timed out");
-    }
-    TETHER_RETURN_IF_ERROR(future.get());
-  }
-  return Status::Ok();
 }
 
 std::string Client::Impl::JoinWait(const Link& link) const {
@@ -605,15 +813,23 @@ std::string Client::Impl::JoinWait(const Link& link) const {
          (missing == 1 ? "" : "s") + " to join" + counted;
 }
 
-void Client::Impl::Tick(Link& link) {
+void Client::Impl::ArmTick(const std::shared_ptr<Link>& link) {
+  if (stopping) return;
+  link->timer.expires_after(std::chrono::milliseconds(heartbeat_ms.load()));
+  link->timer.async_wait([this, link](const boost::system::error_code& ec) {
+    if (!ec) Tick(link);
+  });
+}
+
+void Client::Impl::Tick(const std::shared_ptr<Link>& link) {
   std::shared_ptr<Connection> conn;
   {
-    std::lock_guard lock(link.mu);
-    if (stopping || link.closed) {
-      link.ticking = false;  // a reconnection starts the loop again
+    std::lock_guard lock(link->mu);
+    if (stopping || link->closed) {
+      link->ticking = false;  // a reconnection starts the loop again
       return;
     }
-    if (link.greeted) conn = link.conn;
+    if (link->greeted) conn = link->conn;
   }
   if (conn) {
     flatbuffers::FlatBufferBuilder fbb(64);
@@ -621,10 +837,10 @@ void Client::Impl::Tick(Link& link) {
     // Heartbeats go both ways: a shard that answers nothing for the run's
     // worker timeout is given up on and dialled again (the network may
     // have been cut; a fresh connection does not wait out TCP's backoff).
-    const int64_t silent_ms = SteadyMs() - link.last_heard_ms;
+    const int64_t silent_ms = SteadyMs() - link->last_heard_ms;
     const int limit_ms = welcome.silence_ms;
     if (welcomed && !options.observer && limit_ms > 0 && silent_ms > limit_ms) {
-      TETHER_LOG(kWarning) << "heard nothing from " << link.Describe()
+      TETHER_LOG(kWarning) << "heard nothing from " << link->Describe()
                            << " for " << silent_ms / 1000
                            << " s (the run's --worker-timeout-ms); dropping "
                               "the connection to dial it again";
@@ -640,9 +856,9 @@ void Client::Impl::Tick(Link& link) {
   bool joining = false;  // the Hello (request 0) awaits its Welcome
   const auto now = std::chrono::steady_clock::now();
   {
-    std::lock_guard lock(link.mu);
-    joining = link.pending.contains(0);
-    for (const auto& [id, p] : link.pending) {
+    std::lock_guard lock(link->mu);
+    joining = link->pending.contains(0);
+    for (const auto& [id, p] : link->pending) {
       ++waiting;
       oldest_ms = std::max<int64_t>(
           oldest_ms,
@@ -652,32 +868,29 @@ void Client::Impl::Tick(Link& link) {
   }
   const int64_t now_ms = SteadyMs();
   if (waiting > 0 && oldest_ms >= options.slow_request_ms &&
-      now_ms - link.last_warned_ms >= options.slow_request_ms) {
-    link.last_warned_ms = now_ms;
-    const int64_t silent_ms = now_ms - link.last_heard_ms;
+      now_ms - link->last_warned_ms >= options.slow_request_ms) {
+    link->last_warned_ms = now_ms;
+    const int64_t silent_ms = now_ms - link->last_heard_ms;
     if (silent_ms > 3 * heartbeat_ms) {
       TETHER_LOG(kWarning) << "waiting " << oldest_ms / 1000 << " s for "
-                           << link.Describe() << " to answer " << waiting
+                           << link->Describe() << " to answer " << waiting
                            << " request(s); it has been silent for "
                            << silent_ms / 1000
                            << " s (down, or the network is cut?)";
     } else if (joining) {
-      TETHER_LOG(kWarning) << JoinWait(link) << "; " << oldest_ms / 1000
-                           << " s so far (" << link.Describe()
+      TETHER_LOG(kWarning) << JoinWait(*link) << "; " << oldest_ms / 1000
+                           << " s so far (" << link->Describe()
                            << " starts the run once every worker and shard "
                               "is there)";
     } else {
       TETHER_LOG(kWarning) << "waiting " << oldest_ms / 1000 << " s for "
-                           << link.Describe() << " to answer " << waiting
+                           << link->Describe() << " to answer " << waiting
                            << " request(s); it is alive: a pull waits there "
                               "until the slowest worker is within the "
                               "staleness bound";
     }
   }
-  link.timer->expires_after(std::chrono::milliseconds(heartbeat_ms.load()));
-  link.timer->async_wait([this, &link](const boost::system::error_code& ec) {
-    if (!ec) Tick(link);
-  });
+  ArmTick(link);
 }
 
 Result<Client::Impl::TensorMeta> Client::Impl::Lookup(const std::string& name,
@@ -754,7 +967,7 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   auto coordinator = c.Open(0, c.options.coordinator);
   if (!coordinator.ok()) return coordinator.status();
   auto welcome =
-      c.Handshake(**coordinator, c.options.observer ? -1 : c.options.rank,
+      c.Handshake(*coordinator, c.options.observer ? -1 : c.options.rank,
                   c.options.join_timeout_ms);
   if (!welcome.ok()) return welcome.status();
   c.welcome = *welcome;
@@ -768,7 +981,7 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   for (int i = 1; i < c.welcome.num_shards; ++i) {
     auto link = c.Open(i, c.welcome.shard_addresses[i]);
     if (!link.ok()) return link.status();
-    auto w = c.Handshake(**link, c.welcome.rank, c.options.connect_timeout_ms);
+    auto w = c.Handshake(*link, c.welcome.rank, c.options.connect_timeout_ms);
     if (!w.ok()) return w.status();
     c.welcome.clock = std::max(c.welcome.clock, w->clock);
   }
@@ -1284,7 +1497,8 @@ Status Client::AwaitShards(int timeout_ms) {
       if (link->closed && !link->reconnecting) {
         return Unavailable(link->Describe() + " is lost (not reconnecting)");
       }
-      if (link->closed) down = link->Describe();
+      // Reconnected once its handshake and definitions are done too.
+      if (link->closed || link->reconnecting) down = link->Describe();
     }
     if (down.empty()) return Status::Ok();
     if (std::chrono::steady_clock::now() >= end) {

@@ -218,8 +218,10 @@ class Client {
   Result<std::vector<ShardStats>> Stats();
 
   // After a request failed with kUnavailable: waits until every lost shard
-  // is reconnected (Ok), or one is given up or `timeout_ms` passes (the
-  // error names the shard).
+  // is reconnected -- dialled, greeted and its tensors defined again -- (Ok),
+  // or one is given up or `timeout_ms` passes (the error names the shard).
+  // Until then, requests that need that shard fail at once with
+  // kUnavailable.
   Status AwaitShards(int timeout_ms);
   // How many times a shard connection was lost so far (a request that
   // failed while this changed may be repeated once it is back).

@@ -3,10 +3,12 @@
 #include <optional>
 
 #include "schema/flags.h"
+#include "schema/launcher.h"
 #include "schema/log.h"
 #include "worker/trainer.h"
 
 int main(int argc, char** argv) {
+  tether::DieWithLauncher();  // started by tether-up or a test
   tether::TrainerOptions o;
   tether::FlagParser p(
       "tether-worker",
@@ -42,6 +44,10 @@ int main(int argc, char** argv) {
            "share (a faster worker trains on more); 0: fixed share");
   p.AddBool("evaluate-only", &o.evaluate_only,
             "pull the weights as an observer, print test accuracy, exit");
+  p.AddBool("compare-device", &o.compare_device,
+            "pull the weights as an observer; compare --device against the "
+            "CPU on the first --batch training rows (loss, gradients) and "
+            "on the test set; exit 1 when they differ");
   p.AddBool("quiet", &o.quiet, "no progress line, only the final one");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   o.command = tether::ShellCommand(argc, argv);

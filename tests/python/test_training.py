@@ -71,7 +71,7 @@ def test_shard_killed_and_restarted(cluster, spawn):
         repeated = re.search(rf"worker {r}: .*; the step is repeated once "
                              "the shard is back", log)
         assert repeated, tail(log)
-        # (The client reconnects on its own thread: its line may come first.)
+        # (The client reconnects on its I/O threads: its line may come first.)
         assert "reconnected to shard 1" in log, tail(log)
     # Rank 0's final line: "... test accuracy 81.2% ... (done in ...)".
     m = re.search(r"test accuracy ([\d.]+)%.*done in", workers[0].log())

@@ -93,13 +93,20 @@ class NotReadyError(Error):
     code = "not ready"
 
 
+class CorruptionError(Error):
+    """Stored data (a checkpoint round) is damaged."""
+
+    code = "corruption"
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (InvalidArgumentError, BadFrameError, FrameTooLargeError,
                 VersionMismatchError, ProtocolError, NotFoundError,
                 ShapeMismatchError, StalePushError, UnavailableError,
                 TimeoutError, IoError, InternalError, AuthFailedError,
-                CancelledError, NonFiniteError, NotReadyError)
+                CancelledError, NonFiniteError, NotReadyError,
+                CorruptionError)
 }
 
 

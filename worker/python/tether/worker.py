@@ -24,6 +24,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import socket
 import sys
 import time
@@ -377,6 +378,20 @@ def set_threads(n):
         pass  # not OpenBLAS: the reference BLAS has no threads
 
 
+def die_with_launcher():
+    """Started by tether-up (or a test) through tools/process.cc: dies with
+    it, even when it is killed with SIGKILL, as tether-worker does
+    (schema/launcher.h): the kernel sends SIGTERM when the launcher goes."""
+    launcher = os.environ.pop("TETHER_LAUNCHER_PID", None)
+    if not launcher:
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    # Gone before prctl: this process was reparented, and no signal comes.
+    if os.getppid() != int(launcher):
+        os._exit(1)
+
+
 def main(argv=None):
     args = sys.argv[1:] if argv is None else list(argv)
     a = parse_args(args)
@@ -415,6 +430,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    die_with_launcher()
     try:
         sys.exit(main())
     except tether.Error as e:

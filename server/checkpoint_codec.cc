@@ -1,0 +1,386 @@
+#include "server/checkpoint_codec.h"
+
+#include <boost/json.hpp>
+#include <type_traits>
+#include <utility>
+
+#include "server/optimizer.h"
+
+namespace tether::checkpoint {
+namespace {
+
+namespace json = boost::json;
+
+const char* InitKindName(InitSpec::Kind kind) {
+  switch (kind) {
+    case InitSpec::Kind::kZeros:
+      return "zeros";
+    case InitSpec::Kind::kUniform:
+      return "uniform";
+    case InitSpec::Kind::kNormal:
+      return "normal";
+    case InitSpec::Kind::kProvided:
+      return "provided";
+    case InitSpec::Kind::kConstant:
+      return "constant";
+  }
+  return "unknown";
+}
+
+bool ParseInitKind(const std::string& name, InitSpec::Kind* kind) {
+  for (InitSpec::Kind k : {InitSpec::Kind::kZeros, InitSpec::Kind::kUniform,
+                           InitSpec::Kind::kNormal, InitSpec::Kind::kConstant,
+                           InitSpec::Kind::kProvided}) {
+    if (name == InitKindName(k)) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Reads typed fields of one JSON object, keeping the first problem so that a
+// decoder reads straight through and checks once at the end.
+class Fields {
+ public:
+  Fields(const json::value& v, std::string what) : what_(std::move(what)) {
+    object_ = v.if_object();
+    if (object_ == nullptr) Fail("is not a JSON object");
+  }
+
+  template <typename T>
+  T Number(const char* key) {
+    const json::value* v = Find(key);
+    if (v == nullptr) return T{};
+    boost::system::error_code ec;
+    // Through double for floats: every float is a double exactly.
+    if constexpr (std::is_floating_point_v<T>) {
+      const double d = v->to_number<double>(ec);
+      if (!ec) return static_cast<T>(d);
+    } else {
+      const T n = v->to_number<T>(ec);
+      if (!ec) return n;
+    }
+    Fail(std::string("field '") + key + "' is not a number in range");
+    return T{};
+  }
+
+  std::string String(const char* key) {
+    const json::value* v = Find(key);
+    if (v == nullptr) return {};
+    if (!v->is_string()) {
+      Fail(std::string("field '") + key + "' is not a string");
+      return {};
+    }
+    return std::string(v->get_string());
+  }
+
+  const json::array& Array(const char* key) {
+    static const json::array kEmpty;
+    const json::value* v = Find(key);
+    if (v == nullptr) return kEmpty;
+    if (!v->is_array()) {
+      Fail(std::string("field '") + key + "' is not an array");
+      return kEmpty;
+    }
+    return v->get_array();
+  }
+
+  bool Bool(const char* key) {
+    const json::value* v = Find(key);
+    if (v == nullptr) return false;
+    if (!v->is_bool()) {
+      Fail(std::string("field '") + key + "' is not true or false");
+      return false;
+    }
+    return v->get_bool();
+  }
+
+  // Whether a field added after the format's first version is there.
+  bool Has(const char* key) const {
+    return object_ != nullptr && object_->contains(key);
+  }
+
+  // A field added after the format's first version: "" when absent.
+  std::string OptionalString(const char* key) {
+    if (object_ == nullptr || !object_->contains(key)) return {};
+    return String(key);
+  }
+
+  const json::value& Value(const char* key) {
+    static const json::value kNull;
+    const json::value* v = Find(key);
+    return v == nullptr ? kNull : *v;
+  }
+
+  void Fail(const std::string& problem) {
+    if (error_.empty()) error_ = what_ + " " + problem;
+  }
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+
+ private:
+  const json::value* Find(const char* key) {
+    if (object_ == nullptr) return nullptr;
+    const json::value* v = object_->if_contains(key);
+    if (v == nullptr) Fail(std::string("has no field '") + key + "'");
+    return v;
+  }
+
+  std::string what_;
+  const json::object* object_ = nullptr;
+  std::string error_;
+};
+
+json::value InitToJson(const InitSpec& init) {
+  return json::object{{"kind", InitKindName(init.kind)},
+                      {"scale", static_cast<double>(init.scale)}};
+}
+
+InitSpec InitFromJson(const json::value& v, Fields* parent) {
+  Fields f(v, "init");
+  InitSpec init;
+  const std::string kind = f.String("kind");
+  init.scale = f.Number<float>("scale");
+  if (f.ok() && !ParseInitKind(kind, &init.kind)) {
+    f.Fail("kind '" + kind + "' is unknown");
+  }
+  if (!f.ok()) parent->Fail(f.error());
+  return init;
+}
+
+// Decodes `v` into *s; the problem, naming the field, or "".
+std::string DecodeSettings(const json::value& v, RunSettings* out) {
+  Fields f(v, "settings");
+  RunSettings& s = *out;
+  s.run_id = f.OptionalString("run_id");
+  s.seed = f.Number<uint64_t>("seed");
+  s.num_shards = f.Number<int>("num_shards");
+  // Fields newer than the first rounds: absent ones keep their defaults.
+  if (f.Has("keep_checkpoints")) {
+    s.keep_checkpoints = f.Number<int>("keep_checkpoints");
+  }
+  if (f.Has("worker_timeout_ms")) {
+    s.worker_timeout_ms = f.Number<int>("worker_timeout_ms");
+  }
+  if (f.Has("heartbeat_ms")) s.heartbeat_ms = f.Number<int>("heartbeat_ms");
+  if (f.Has("backup_workers")) {
+    s.backup_workers = f.Number<int>("backup_workers");
+  }
+  if (f.Has("staleness_lr")) s.staleness_lr = f.Bool("staleness_lr");
+  s.num_workers = f.Number<int>("num_workers");
+  s.max_staleness = f.Number<int>("max_staleness");
+  s.reject_staleness = f.Number<int>("reject_staleness");
+  s.block_size = f.Number<uint32_t>("block_size");
+  s.checkpoint_every = f.Number<int64_t>("checkpoint_every");
+  s.resume_round = f.Number<int64_t>("resume_round");
+  Fields o(f.Value("optimizer"), "optimizer");
+  const std::string kind = o.String("kind");
+  s.optimizer.lr = o.Number<float>("lr");
+  s.optimizer.momentum = o.Number<float>("momentum");
+  s.optimizer.beta1 = o.Number<float>("beta1");
+  s.optimizer.beta2 = o.Number<float>("beta2");
+  s.optimizer.epsilon = o.Number<float>("epsilon");
+  if (o.ok()) {
+    Result<OptimizerKind> k = ParseOptimizerKind(kind);
+    if (k.ok()) {
+      s.optimizer.kind = *k;
+    } else {
+      o.Fail("kind '" + kind + "' is unknown");
+    }
+  }
+  if (!o.ok()) f.Fail(o.error());
+  if (f.ok() && (s.num_shards < 1 || s.block_size < 1)) {
+    f.Fail("has num_shards or block_size below 1");
+  }
+  return f.ok() ? "" : f.error();
+}
+
+RunSettings ReadSettings(const json::value& v, Fields* parent) {
+  RunSettings s;
+  if (std::string bad = DecodeSettings(v, &s); !bad.empty()) parent->Fail(bad);
+  return s;
+}
+
+}  // namespace
+
+boost::json::value SettingsToJson(const RunSettings& s) {
+  const OptimizerOptions& o = s.optimizer;
+  return json::object{
+      {"run_id", s.run_id},
+      {"seed", s.seed},
+      {"num_shards", s.num_shards},
+      {"keep_checkpoints", s.keep_checkpoints},
+      {"num_workers", s.num_workers},
+      {"max_staleness", s.max_staleness},
+      {"reject_staleness", s.reject_staleness},
+      {"block_size", s.block_size},
+      {"checkpoint_every", s.checkpoint_every},
+      {"resume_round", s.resume_round},
+      {"worker_timeout_ms", s.worker_timeout_ms},
+      {"heartbeat_ms", s.heartbeat_ms},
+      {"backup_workers", s.backup_workers},
+      {"staleness_lr", s.staleness_lr},
+      {"optimizer", json::object{{"kind", OptimizerName(o.kind)},
+                                 {"lr", static_cast<double>(o.lr)},
+                                 {"momentum", static_cast<double>(o.momentum)},
+                                 {"beta1", static_cast<double>(o.beta1)},
+                                 {"beta2", static_cast<double>(o.beta2)},
+                                 {"epsilon", static_cast<double>(o.epsilon)}}}};
+}
+
+Result<RunSettings> SettingsFromJson(const boost::json::value& v) {
+  RunSettings s;
+  if (std::string bad = DecodeSettings(v, &s); !bad.empty()) {
+    return Corruption(bad);
+  }
+  return s;
+}
+
+std::string HeaderToJson(const ShardSnapshot& s) {
+  json::array tensors;
+  for (const TensorSnapshot& t : s.tensors) {
+    json::array shape;
+    for (uint64_t d : t.shape) shape.push_back(d);
+    tensors.push_back(json::object{{"id", t.id},
+                                   {"name", t.name},
+                                   {"shape", std::move(shape)},
+                                   {"init", InitToJson(t.init)},
+                                   {"blocks", t.blocks.size()}});
+  }
+  json::array tables;
+  for (const TableSnapshot& t : s.tables) {
+    tables.push_back(json::object{{"id", t.id},
+                                  {"name", t.name},
+                                  {"dim", t.dim},
+                                  {"init", InitToJson(t.init)},
+                                  {"rows", t.rows.size()}});
+  }
+  json::array clocks;
+  for (int64_t c : s.worker_clocks) clocks.push_back(c);
+  return json::serialize(json::object{{"format", kFormat},
+                                      {"round", s.round},
+                                      {"shard_id", s.shard_id},
+                                      {"min_clock", s.min_clock},
+                                      {"worker_clocks", std::move(clocks)},
+                                      {"settings", SettingsToJson(s.settings)},
+                                      {"tensors", std::move(tensors)},
+                                      {"tables", std::move(tables)}});
+}
+
+Result<ShardHeader> HeaderFromJson(std::string_view text) {
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  if (ec) return Corruption("header is not JSON (" + ec.message() + ")");
+  Fields f(v, "header");
+  if (f.ok() && f.Number<int>("format") != kFormat) {
+    return Corruption("header has an unknown format");
+  }
+  ShardHeader header;
+  ShardSnapshot* s = &header.snapshot;
+  s->round = f.Number<int64_t>("round");
+  s->shard_id = f.Number<int>("shard_id");
+  s->min_clock = f.Number<int64_t>("min_clock");
+  for (const json::value& c : f.Array("worker_clocks")) {
+    boost::system::error_code cec;
+    s->worker_clocks.push_back(c.to_number<int64_t>(cec));
+    if (cec) f.Fail("has a worker clock that is not an integer");
+  }
+  s->settings = ReadSettings(f.Value("settings"), &f);
+  for (const json::value& tv : f.Array("tensors")) {
+    Fields t(tv, "tensor");
+    TensorSnapshot ts;
+    ts.id = t.Number<uint32_t>("id");
+    ts.name = t.String("name");
+    for (const json::value& d : t.Array("shape")) {
+      boost::system::error_code dec;
+      ts.shape.push_back(d.to_number<uint64_t>(dec));
+      if (dec) t.Fail("'" + ts.name + "' has a bad shape");
+    }
+    ts.init = InitFromJson(t.Value("init"), &t);
+    const uint64_t blocks = t.Number<uint64_t>("blocks");
+    if (!t.ok()) return Corruption(t.error());
+    if (!header.blocks.emplace(ts.id, blocks).second) {
+      return Corruption("header defines tensor id " + std::to_string(ts.id) +
+                        " twice");
+    }
+    s->tensors.push_back(std::move(ts));
+  }
+  for (const json::value& tv : f.Array("tables")) {
+    Fields t(tv, "table");
+    TableSnapshot ts;
+    ts.id = t.Number<uint32_t>("id");
+    ts.name = t.String("name");
+    ts.dim = t.Number<uint32_t>("dim");
+    ts.init = InitFromJson(t.Value("init"), &t);
+    const uint64_t rows = t.Number<uint64_t>("rows");
+    if (!t.ok()) return Corruption(t.error());
+    if (ts.dim == 0) return Corruption("table '" + ts.name + "' has dim 0");
+    if (!header.rows.emplace(ts.id, rows).second) {
+      return Corruption("header defines table id " + std::to_string(ts.id) +
+                        " twice");
+    }
+    s->tables.push_back(std::move(ts));
+  }
+  if (!f.ok()) return Corruption(f.error());
+  return header;
+}
+
+std::string RecordToJson(const RoundRecord& r) {
+  json::array workers;
+  for (const WorkerPosition& w : r.workers) {
+    workers.push_back(json::object{{"rank", w.rank},
+                                   {"clock", w.clock},
+                                   {"epoch", w.epoch},
+                                   {"samples", w.samples}});
+  }
+  return json::serialize(json::object{{"format", kFormat},
+                                      {"round", r.round},
+                                      {"clock", r.clock},
+                                      {"unix_ms", r.unix_ms},
+                                      {"bytes", r.bytes},
+                                      {"settings", SettingsToJson(r.settings)},
+                                      {"workers", std::move(workers)}});
+}
+
+Result<RoundRecord> RecordFromJson(std::string_view text) {
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  if (ec) return Corruption("record is not JSON (" + ec.message() + ")");
+  Fields f(v, "record");
+  RoundRecord record;
+  RoundRecord* r = &record;
+  r->round = f.Number<int64_t>("round");
+  r->clock = f.Number<int64_t>("clock");
+  r->unix_ms = f.Number<int64_t>("unix_ms");
+  r->bytes = f.Number<uint64_t>("bytes");
+  r->settings = ReadSettings(f.Value("settings"), &f);
+  for (const json::value& wv : f.Array("workers")) {
+    Fields w(wv, "worker");
+    WorkerPosition p;
+    p.rank = w.Number<int>("rank");
+    p.clock = w.Number<int64_t>("clock");
+    p.epoch = w.Number<int>("epoch");
+    p.samples = w.Number<uint64_t>("samples");
+    if (!w.ok()) f.Fail(w.error());
+    r->workers.push_back(p);
+  }
+  if (!f.ok()) return Corruption(f.error());
+  return record;
+}
+
+std::string MarkerToJson(uint64_t keys, uint64_t bytes) {
+  return json::serialize(json::object{{"keys", keys}, {"bytes", bytes}});
+}
+
+Result<uint64_t> MarkerKeysFromJson(std::string_view text) {
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  if (ec) v = nullptr;  // then refused as not an object
+  Fields f(v, "marker");
+  const uint64_t keys = f.Number<uint64_t>("keys");
+  if (!f.ok()) return Corruption(f.error());
+  return keys;
+}
+
+}  // namespace tether::checkpoint
