@@ -61,13 +61,7 @@ Shard::Shard(int shard_id, RunSettings settings, size_t max_frame_bytes)
       max_frame_bytes_(max_frame_bytes),
       store_(settings.seed, settings.block_size, settings.optimizer),
       clocks_(settings.num_workers, settings.backup_workers),
-      connected_(settings.num_workers, false),
-      worker_conn_(settings.num_workers, nullptr),
-      ever_connected_(settings.num_workers, false),
-      evicted_(settings.num_workers, false),
-      moved_forward_(settings.num_workers, false),
-      heard_ms_(new std::atomic<int64_t>[settings.num_workers]),
-      staleness_bound_(settings.num_workers, -1),
+      workers_(settings.num_workers),
       reports_(settings.num_workers) {}
 
 int64_t Shard::NowMs() {
@@ -77,15 +71,13 @@ int64_t Shard::NowMs() {
 }
 
 void Shard::Heard(int rank) {
-  if (rank < 0 || rank >= static_cast<int>(connected_.size())) return;
-  heard_ms_[rank].store(NowMs(), std::memory_order_relaxed);
-  if (evicted_count_.load(std::memory_order_relaxed) == 0) return;
+  if (!workers_.valid(rank)) return;
+  workers_.Heard(rank, NowMs());
+  if (!workers_.any_evicted()) return;
   std::lock_guard lock(mu_);
-  if (!evicted_[rank] || !connected_[rank]) return;
   // An evicted worker that speaks again (it was stopped, or its network
   // came back) rejoins at the others' clock.
-  evicted_[rank] = false;
-  --evicted_count_;
+  if (!workers_.Unevict(rank)) return;
   const int64_t was = clocks_.clock(rank);
   JoinLocked(rank);
   TETHER_LOG(kWarning) << "worker " << rank
@@ -96,13 +88,12 @@ void Shard::Heard(int rank) {
 void Shard::JoinLocked(int rank, int64_t clock) {
   // The first connection at the start of a run joins where it is: workers
   // connect one after another, and the first ones may have clocked already.
-  const bool rejoin = ever_connected_[rank];
-  ever_connected_[rank] = true;
+  const bool rejoin = workers_.Join(rank);
   const int64_t join =
       std::max(rejoin ? clocks_.JoinClock(rank) : clocks_.clock(rank), clock);
   std::vector<ClockTable::Release> released;
   if (join > clocks_.clock(rank)) {
-    moved_forward_[rank] = true;
+    workers_.SetMovedForward(rank, true);
     released = clocks_.Advance(rank, join);
   }
   auto more = clocks_.SetLive(rank, true);
@@ -125,20 +116,16 @@ std::vector<int> Shard::EvictSilent() {
   const int timeout_ms = settings_.worker_timeout_ms;
   if (timeout_ms <= 0) return evicted;
   std::lock_guard lock(mu_);
-  const int64_t now = NowMs();
-  for (int r = 0; r < static_cast<int>(connected_.size()); ++r) {
-    if (!connected_[r] || evicted_[r] || !clocks_.live(r)) continue;
-    const int64_t silent = now - heard_ms_[r].load(std::memory_order_relaxed);
-    if (silent < timeout_ms) continue;
-    evicted_[r] = true;
-    ++evicted_count_;
-    ++evictions_;
-    evicted.push_back(r);
-    TETHER_LOG(kWarning) << "worker " << r << " evicted: silent for " << silent
-                         << " ms (--worker-timeout-ms " << timeout_ms
-                         << "); clock " << clocks_.clock(r)
+  // Evicting one worker changes no other's liveness or clock, so deciding
+  // all first and then releasing pulls one by one is as evicting in turn.
+  for (const WorkerTable::Evicted& e : workers_.EvictSilent(
+           NowMs(), timeout_ms, [this](int r) { return clocks_.live(r); })) {
+    evicted.push_back(e.rank);
+    TETHER_LOG(kWarning) << "worker " << e.rank << " evicted: silent for "
+                         << e.silent_ms << " ms (--worker-timeout-ms "
+                         << timeout_ms << "); clock " << clocks_.clock(e.rank)
                          << " no longer holds back the others";
-    ClocksMovedLocked(clocks_.SetLive(r, false));
+    ClocksMovedLocked(clocks_.SetLive(e.rank, false));
   }
   return evicted;
 }
@@ -146,7 +133,7 @@ std::vector<int> Shard::EvictSilent() {
 int64_t Shard::JoinClock(int rank) {
   std::lock_guard lock(mu_);
   if (rank < 0 || rank >= clocks_.num_workers()) return 0;
-  return ever_connected_[rank] ? clocks_.JoinClock(rank) : clocks_.clock(rank);
+  return workers_.joined(rank) ? clocks_.JoinClock(rank) : clocks_.clock(rank);
 }
 
 void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
@@ -166,11 +153,10 @@ void Shard::Handle(const PeerInfo& peer, const wire::Message& message,
     case wire::Body::Heartbeat: {
       flatbuffers::FlatBufferBuilder fbb(64);
       auto* hb = message.body_as_Heartbeat();
-      return conn->Send(
-          FinishFrame(fbb, wire::CreateHeartbeat(
-                               fbb, hb->request_id(), hb->unix_ms(),
-                               connected_count_.load(std::memory_order_relaxed),
-                               settings_.num_workers)));
+      return conn->Send(FinishFrame(
+          fbb, wire::CreateHeartbeat(fbb, hb->request_id(), hb->unix_ms(),
+                                     workers_.connected_count(),
+                                     settings_.num_workers)));
     }
     case wire::Body::WorkerReport:
       return OnReport(peer, *message.body_as_WorkerReport(), *conn);
@@ -509,7 +495,7 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
   }
   std::unique_lock lock(mu_);
   int64_t current = clocks_.clock(peer.rank);
-  if (m.clock() <= current && moved_forward_[peer.rank]) {
+  if (m.clock() <= current && workers_.moved_forward(peer.rank)) {
     // The shard moved this worker ahead (it rejoined, or backup workers
     // closed its clock without it); it learns its clock from the ack.
     const int64_t min_clock = clocks_.min_clock();
@@ -529,13 +515,13 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
   }
   // Released pulls build their replies now, under the lock, so each sees
   // exactly the updates applied before this tick, staged ones included.
-  moved_forward_[peer.rank] = false;
+  workers_.SetMovedForward(peer.rank, false);
   ClocksMovedLocked(clocks_.Advance(peer.rank, m.clock()));
   // With backup workers, one that is behind a closed clock skips ahead:
   // its pushes for closed clocks would be dropped anyway.
   const int64_t closed = clocks_.closed_clock();
   if (settings_.backup_workers > 0 && clocks_.clock(peer.rank) < closed) {
-    moved_forward_[peer.rank] = true;
+    workers_.SetMovedForward(peer.rank, true);
     ClocksMovedLocked(clocks_.Advance(peer.rank, closed));
   }
   const int64_t clock = clocks_.clock(peer.rank);
@@ -549,31 +535,22 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
 void Shard::SetWorkerConnected(int rank, bool connected, int staleness,
                                int64_t clock, const Connection* conn) {
   std::lock_guard lock(mu_);
-  if (rank < 0 || rank >= static_cast<int>(connected_.size())) return;
-  if (!connected && conn != nullptr && worker_conn_[rank] != conn) return;
-  worker_conn_[rank] = connected ? conn : nullptr;
-  if (connected && evicted_[rank]) {
-    TETHER_LOG(kWarning) << "worker " << rank
-                         << " is back after its eviction: it reconnected";
+  if (!workers_.valid(rank)) return;
+  if (connected) {
+    if (workers_.Connect(rank, conn, staleness, NowMs())) {
+      TETHER_LOG(kWarning) << "worker " << rank
+                           << " is back after its eviction: it reconnected";
+    }
+    return JoinLocked(rank, clock);
   }
-  if (connected_[rank] != connected) connected_count_ += connected ? 1 : -1;
-  connected_[rank] = connected;
-  staleness_bound_[rank] = staleness;
-  // An evicted worker whose old connection ends stays "evicted" until it is
-  // back, so its return is logged whichever connection brings it.
-  if (connected && evicted_[rank]) {
-    evicted_[rank] = false;
-    --evicted_count_;
-  }
-  heard_ms_[rank].store(NowMs(), std::memory_order_relaxed);
-  if (connected) return JoinLocked(rank, clock);
+  if (!workers_.Leave(rank, conn, staleness, NowMs())) return;
   ClocksMovedLocked(clocks_.SetLive(rank, false));
 }
 
 void Shard::ForgetWorkers() {
   std::lock_guard lock(mu_);
   for (int r = 0; r < clocks_.num_workers(); ++r) {
-    if (!connected_[r]) (void)clocks_.SetLive(r, false);
+    if (!workers_.connected(r)) (void)clocks_.SetLive(r, false);
   }
 }
 
@@ -771,15 +748,15 @@ ShardStats Shard::OwnStats() {
                                    staleness_histogram_.end());
   stats.staleness_sum = staleness_sum_;
   stats.reports = reports_received_;
-  stats.evictions = evictions_;
+  stats.evictions = workers_.evictions();
   stats.late_pushes = late_pushes_;
   stats.workers = reports_;
   for (int r = 0; r < clocks_.num_workers(); ++r) {
     ShardStats::Worker& w = stats.workers[r];
     w.rank = r;
     w.clock = clocks_.clock(r);
-    w.staleness = staleness_bound_[r];
-    w.connected = connected_[r];
+    w.staleness = workers_.staleness_bound(r);
+    w.connected = workers_.connected(r);
     w.live = clocks_.live(r);
   }
   return stats;

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -25,6 +24,7 @@
 #include "server/clock_table.h"
 #include "server/param_store.h"
 #include "server/run_settings.h"
+#include "server/worker_table.h"
 
 namespace tether {
 
@@ -153,26 +153,14 @@ class Shard {
   // Guarded by mu_.
   ParamStore store_;
   ClockTable clocks_;
-  std::vector<bool> connected_;
-  std::vector<const Connection*> worker_conn_;  // the current one, by rank
-  std::vector<bool> ever_connected_;  // a second connection is a rejoin
-  std::vector<bool> evicted_;         // connected but silent too long
-  std::vector<bool> moved_forward_;   // clock set ahead by the shard
-  // When each worker was last heard from (steady ms), and how many are
-  // evicted: written on every frame, so kept outside mu_ -- a frame from a
-  // worker takes the lock only when some worker is evicted.
-  std::unique_ptr<std::atomic<int64_t>[]> heard_ms_;
-  std::atomic<int> evicted_count_{0};
-  // How many of connected_ are true; read without mu_ by every heartbeat's
-  // answer (a worker waiting to join says how many have).
-  std::atomic<int> connected_count_{0};
-  uint64_t evictions_ = 0;
+  // Who is connected, evicted, last heard from: see WorkerTable for the
+  // parts read and written without mu_.
+  WorkerTable workers_;
   uint64_t late_pushes_ = 0;
   std::function<void(ShardStats&)> stats_extra_;  // set before serving
   uint64_t max_keys_ = uint64_t{1} << 20;         // set before serving
   int max_waiting_ = 4096;                        // set before serving
   std::map<const Connection*, int> waiting_by_conn_;
-  std::vector<int> staleness_bound_;
   // Pushes from BSP workers (bound 0) wait here, by the clock they belong
   // to, until every live worker has finished that clock; then they are
   // applied in rank order, so a BSP run is bit-for-bit repeatable whatever

@@ -9,12 +9,14 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "server/json_text.h"
+#include "server/reproduce.h"
 #include "tests/prometheus.h"
 
 namespace tether {
@@ -1276,6 +1278,68 @@ TEST(Monitor, EveryDocumentHasDocumentedKeys) {
     EXPECT_TRUE(level == "info" || level == "warning" || level == "error")
         << level;
   }
+}
+
+// The top-level fields of a JSON object.
+std::set<std::string> Keys(const json::value& v) {
+  std::set<std::string> out;
+  if (!v.is_object()) return out;
+  for (const json::key_value_pair& kv : v.as_object()) {
+    out.emplace(kv.key());
+  }
+  return out;
+}
+
+TEST(Monitor, EveryDocumentOfAFreshMonitorParsesWithItsShape) {
+  Monitor monitor(Settings(2, 3));
+  const TimePoint now = Monitor::Now();
+  for (const char* name : {"status", "checkpoints", "config"}) {
+    EXPECT_TRUE(Doc(monitor, name, now).is_object()) << name;
+  }
+  EXPECT_TRUE(Doc(monitor, "workers", now).as_array().empty());
+  EXPECT_EQ(Doc(monitor, "shards", now).as_array().size(), 2u);
+  EXPECT_EQ(Keys(Doc(monitor, "history", now)),
+            std::set<std::string>{"points"});
+  EXPECT_EQ(Keys(Doc(monitor, "events", now)), std::set<std::string>{"events"});
+  EXPECT_EQ(
+      Keys(Parse(monitor.Snapshot(now))),
+      (std::set<std::string>{"type", "status", "workers", "shards",
+                             "checkpoints", "config", "history", "events"}));
+}
+
+TEST(Monitor, WebSocketMessagesHaveExactlyTheDocumentedFields) {
+  RunSettings settings = Settings(2, 4);
+  settings.checkpoint_every = 10;
+  Monitor monitor(settings);
+  const TimePoint t0 = Monitor::Now();
+  Busy(monitor, t0);
+  const std::set<std::string> update_keys = {"type",   "status",      "workers",
+                                             "shards", "checkpoints", "history",
+                                             "events"};
+  std::set<std::string> snapshot_keys = update_keys;
+  snapshot_keys.insert("config");
+
+  const TimePoint now = At(t0, 2);
+  json::value snapshot = Parse(monitor.Snapshot(now));
+  EXPECT_EQ(Keys(snapshot), snapshot_keys);
+  EXPECT_EQ(snapshot.at("type"), "snapshot");
+  // Each part is what GET /api/NAME answers at the same moment.
+  for (const char* name :
+       {"status", "workers", "shards", "checkpoints", "config"}) {
+    EXPECT_EQ(snapshot.at(name), Doc(monitor, name, now)) << name;
+  }
+  EXPECT_EQ(snapshot.at("history"), Doc(monitor, "history", now).at("points"));
+  EXPECT_EQ(snapshot.at("events"), Doc(monitor, "events", now).at("events"));
+
+  json::value update = Parse(monitor.Tick(now));
+  EXPECT_EQ(Keys(update), update_keys);
+  EXPECT_EQ(update.at("type"), "update");
+
+  monitor.OnWorkerCommand(0, "tether-worker --rank 0");
+  json::value with_config = Parse(monitor.Tick(At(t0, 3)));
+  EXPECT_EQ(Keys(with_config), snapshot_keys);
+  EXPECT_EQ(with_config.at("config"), Doc(monitor, "config", At(t0, 3)));
+  EXPECT_EQ(Keys(Parse(monitor.Tick(At(t0, 4)))), update_keys);
 }
 
 TEST(Monitor, StatusSummarizesRun) {

@@ -1,6 +1,8 @@
-// The training loop of tether-worker: pull (honouring the staleness
-// bound), compute, push, clock; report progress to the coordinator; and
-// evaluate on the test set every few clocks.
+// tether-worker's work: its options, checked; the data loaded and the
+// model built; then one of the trainers (worker/dense_trainer.h,
+// worker/sparse_trainer.h: pull honouring the staleness bound, compute,
+// push, clock, report progress, evaluate every few clocks), or, as an
+// observer, --evaluate-only or --compare-device.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,169 @@
+#include "worker/request_cutter.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace tether::client_internal {
+
+Result<std::vector<BlockPart>> CutBlocks(const Slicer& slicer, uint32_t tensor,
+                                         uint64_t size, uint32_t block_size,
+                                         int num_shards, size_t chunk_bytes) {
+  uint64_t num_blocks = (size + block_size - 1) / block_size;
+  std::vector<std::vector<uint32_t>> by_shard(num_shards);
+  for (uint64_t b = 0; b < num_blocks; ++b) {
+    int shard = slicer.dense(tensor, static_cast<uint32_t>(b), num_shards);
+    if (shard < 0 || shard >= num_shards) {
+      return InvalidArgument("slicer put block " + std::to_string(b) +
+                             " on shard " + std::to_string(shard) +
+                             ", outside 0.." + std::to_string(num_shards - 1));
+    }
+    by_shard[shard].push_back(static_cast<uint32_t>(b));
+  }
+  size_t per_frame =
+      std::max<size_t>(1, chunk_bytes / (size_t{block_size} * sizeof(float)));
+  std::vector<BlockPart> parts;
+  for (int s = 0; s < num_shards; ++s) {
+    for (size_t i = 0; i < by_shard[s].size(); i += per_frame) {
+      size_t end = std::min(by_shard[s].size(), i + per_frame);
+      parts.push_back({s, std::vector<uint32_t>(by_shard[s].begin() + i,
+                                                by_shard[s].begin() + end)});
+    }
+  }
+  return parts;
+}
+
+Result<std::vector<KeyPart>> CutKeys(const Slicer& slicer, uint32_t table,
+                                     std::span<const uint64_t> keys,
+                                     uint32_t dim, int num_shards,
+                                     size_t chunk_bytes) {
+  std::vector<KeyPart> by_shard(num_shards);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    int shard = slicer.sparse(table, keys[i], num_shards);
+    if (shard < 0 || shard >= num_shards) {
+      return InvalidArgument("slicer put key " + std::to_string(keys[i]) +
+                             " on shard " + std::to_string(shard));
+    }
+    by_shard[shard].shard = shard;
+    by_shard[shard].keys.push_back(keys[i]);
+    by_shard[shard].positions.push_back(i);
+  }
+  size_t per_frame =
+      std::max<size_t>(1, chunk_bytes / (size_t{dim} * sizeof(float) + 8));
+  std::vector<KeyPart> parts;
+  for (KeyPart& whole : by_shard) {
+    for (size_t i = 0; i < whole.keys.size(); i += per_frame) {
+      size_t end = std::min(whole.keys.size(), i + per_frame);
+      KeyPart part;
+      part.shard = whole.shard;
+      part.keys.assign(whole.keys.begin() + i, whole.keys.begin() + end);
+      part.positions.assign(whole.positions.begin() + i,
+                            whole.positions.begin() + end);
+      parts.push_back(std::move(part));
+    }
+  }
+  return parts;
+}
+
+OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
+                         const std::vector<uint32_t>& blocks) {
+  flatbuffers::FlatBufferBuilder fbb(64 + blocks.size() * 4);
+  auto blocks_offset = fbb.CreateVector(blocks);
+  return FinishFrame(fbb,
+                     wire::CreatePull(fbb, request, tensor, blocks_offset));
+}
+
+OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
+                         bool provide, const std::vector<uint32_t>& blocks,
+                         uint32_t block_size, std::span<const float> values) {
+  const uint32_t bs = block_size;
+  auto fbb = MakeBuilder(256 + blocks.size() * (bs * 4 + 32));
+  FrameSplicer splicer(fbb);
+  std::vector<flatbuffers::Offset<wire::Block>> out;
+  out.reserve(blocks.size());
+  for (uint32_t b : blocks) {
+    uint64_t first = uint64_t{b} * bs;
+    uint64_t n = std::min<uint64_t>(bs, values.size() - first);
+    auto spliced = splicer.AddFloats(values.subspan(first, n));
+    out.push_back(wire::CreateBlock(fbb, b, spliced));
+  }
+  auto blocks_offset = fbb.CreateVector(out);
+  wire::PushBuilder pb(fbb);
+  pb.add_request_id(request);
+  pb.add_tensor(tensor);
+  pb.add_read_clock(read_clock);
+  pb.add_blocks(blocks_offset);
+  pb.add_provide(provide);
+  return splicer.Finish(pb.Finish());
+}
+
+OutFrame PullRowsFrame(uint64_t request, uint32_t table, const KeyPart& part) {
+  flatbuffers::FlatBufferBuilder fbb(64 + part.keys.size() * 8);
+  auto keys_offset = fbb.CreateVector(part.keys);
+  wire::PullBuilder pb(fbb);
+  pb.add_request_id(request);
+  pb.add_tensor(table);
+  pb.add_keys(keys_offset);
+  pb.add_sparse(true);
+  return FinishFrame(fbb, pb.Finish());
+}
+
+OutFrame PushRowsFrame(uint64_t request, uint32_t table, int64_t read_clock,
+                       bool provide, const KeyPart& part, uint64_t dim,
+                       std::span<const float> values) {
+  size_t n = part.keys.size() * dim;
+  auto fbb = MakeBuilder(256 + part.keys.size() * 8 + n * 4);
+  auto keys_offset = fbb.CreateVector(part.keys);
+  float* rows = nullptr;
+  auto rows_offset = fbb.CreateUninitializedVector(n, &rows);
+  for (size_t i = 0; i < part.positions.size(); ++i) {
+    std::memcpy(rows + i * dim, values.data() + part.positions[i] * dim,
+                dim * sizeof(float));
+  }
+  wire::PushBuilder pb(fbb);
+  pb.add_request_id(request);
+  pb.add_tensor(table);
+  pb.add_read_clock(read_clock);
+  pb.add_keys(keys_offset);
+  pb.add_rows(rows_offset);
+  pb.add_sparse(true);
+  pb.add_provide(provide);
+  return FinishFrame(fbb, pb.Finish());
+}
+
+Status CopyPulledBlocks(const wire::PullReply& reply, uint32_t block_size,
+                        std::span<float> out) {
+  if (reply.blocks() == nullptr) {
+    return ProtocolError("pull answered without blocks");
+  }
+  const uint32_t bs = block_size;
+  const uint64_t size = out.size();
+  for (const wire::Block* block : *reply.blocks()) {
+    uint64_t first = uint64_t{block->index()} * bs;
+    uint64_t n = block->values() ? block->values()->size() : 0;
+    if (first >= size || n != std::min<uint64_t>(bs, size - first)) {
+      return ProtocolError("pull reply block " +
+                           std::to_string(block->index()) +
+                           " does not fit the tensor");
+    }
+    std::memcpy(out.data() + first, block->values()->data(), n * sizeof(float));
+  }
+  return Status::Ok();
+}
+
+Status CopyPulledRows(const wire::PullReply& reply,
+                      std::span<const size_t> positions, uint64_t dim,
+                      std::span<float> out) {
+  if (reply.rows() == nullptr ||
+      reply.rows()->size() != positions.size() * dim) {
+    return ProtocolError("row pull answered with the wrong rows");
+  }
+  const float* rows = reply.rows()->data();
+  for (size_t i = 0; i < positions.size(); ++i) {
+    std::memcpy(out.data() + positions[i] * dim, rows + i * dim,
+                dim * sizeof(float));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tether::client_internal
