@@ -120,9 +120,8 @@ Result<std::string> LoadOrCreateToken(const std::string& path,
     return Status(Code::kIoError, flag + " " + path + ": cannot create: " +
                                       std::strerror(errno));
   }
-  auto key = AuthKey::Load(path, flag);
-  if (!key.ok()) return key.status();
-  return (*key)->bytes();
+  TETHER_ASSIGN_OR_RETURN(auto key, AuthKey::Load(path, flag));
+  return key->bytes();
 }
 
 std::string ShardProof(const AuthKey& key, std::string_view peer_nonce,

@@ -245,19 +245,18 @@ void Connection::Shutdown(const Status& why) {
 
 Result<HostPort> Listen(tcp::acceptor& acceptor, const std::string& listen,
                         const std::string& flag) {
-  auto hp = ParseHostPort(listen, flag, true);
-  if (!hp.ok()) return hp.status();
+  TETHER_ASSIGN_OR_RETURN(auto hp, ParseHostPort(listen, flag, true));
   boost::system::error_code ec;
-  auto address = asio::ip::make_address(hp->host, ec);
+  auto address = asio::ip::make_address(hp.host, ec);
   if (ec) {
     tcp::resolver resolver(acceptor.get_executor());
-    auto results = resolver.resolve(hp->host, std::to_string(hp->port), ec);
+    auto results = resolver.resolve(hp.host, std::to_string(hp.port), ec);
     if (ec || results.empty()) {
-      return InvalidArgument(flag + ": cannot resolve '" + hp->host + "'");
+      return InvalidArgument(flag + ": cannot resolve '" + hp.host + "'");
     }
     address = results.begin()->endpoint().address();
   }
-  tcp::endpoint endpoint(address, hp->port);
+  tcp::endpoint endpoint(address, hp.port);
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);
@@ -266,7 +265,7 @@ Result<HostPort> Listen(tcp::acceptor& acceptor, const std::string& listen,
     return Unavailable(flag + ": cannot listen on " + listen + ": " +
                        ec.message());
   }
-  return HostPort{hp->host, acceptor.local_endpoint().port()};
+  return HostPort{hp.host, acceptor.local_endpoint().port()};
 }
 
 Result<tcp::socket> ConnectWithRetry(asio::io_context& io,

@@ -117,3 +117,26 @@ class [[nodiscard]] Result {
     ::tether::Status tether_status_ = (expr);        \
     if (!tether_status_.ok()) return tether_status_; \
   } while (0)
+
+// Evaluates `expr` (a Result<T>). When it is not OK, returns its Status from
+// the enclosing function (which returns a Status or any Result<U>); otherwise
+// moves the value into `lhs`, which may declare a variable (`auto x`,
+// `Foo x`, `const Foo& x`) or name an existing one:
+//
+//   TETHER_ASSIGN_OR_RETURN(auto store, CheckpointStore::Open(dir, mode));
+//   TETHER_ASSIGN_OR_RETURN(header, ReadHeader(file));
+//
+// It expands to several statements in the enclosing scope, so it cannot be
+// the whole body of an unbraced if/else or loop. `lhs` must not contain a
+// bare comma (write `auto p`, not `std::pair<int, int> p`); `expr` may.
+#define TETHER_ASSIGN_OR_RETURN(lhs, ...) \
+  TETHER_ASSIGN_OR_RETURN_IMPL_(          \
+      TETHER_STATUS_CONCAT_(tether_result_, __COUNTER__), lhs, __VA_ARGS__)
+
+// Implementation details of TETHER_ASSIGN_OR_RETURN.
+#define TETHER_ASSIGN_OR_RETURN_IMPL_(result, lhs, ...) \
+  auto result = (__VA_ARGS__);                          \
+  if (!result.ok()) return result.status();             \
+  lhs = std::move(result).value()
+#define TETHER_STATUS_CONCAT_(a, b) TETHER_STATUS_CONCAT_INNER_(a, b)
+#define TETHER_STATUS_CONCAT_INNER_(a, b) a##b

@@ -391,19 +391,18 @@ Status SliceReader::Add(const rocksdb::Slice& key, const rocksdb::Slice& value,
   const std::optional<DataKey> parsed =
       checkpoint::ParseDataKey(key.ToStringView());
   if (!parsed) return Corrupt(where_, at + " is not a block or row key");
-  Result<Target> target = Locate(*parsed, at);
-  if (!target.ok()) return target.status();
-  const uint64_t len = target->len;
+  TETHER_ASSIGN_OR_RETURN(Target target, Locate(*parsed, at));
+  const uint64_t len = target.len;
   if (value.size() != 8 + FloatBytes(len)) {
     return Corrupt(
-        where_, target->what + " holds " + std::to_string(value.size()) +
+        where_, target.what + " holds " + std::to_string(value.size()) +
                     " bytes, expected " + std::to_string(8 + FloatBytes(len)));
   }
   std::vector<float> slot_values;
   if (slots_per_weight_ > 0) {
-    Result<std::vector<float>> taken = TakeSlots(key, *target, slots);
-    if (!taken.ok()) return taken.status();
-    slot_values = std::move(*taken);
+    TETHER_ASSIGN_OR_RETURN(std::vector<float> taken,
+                            TakeSlots(key, target, slots));
+    slot_values = std::move(taken);
   }
   uint64_t step = 0;
   std::memcpy(&step, value.data(), 8);
@@ -411,13 +410,13 @@ Status SliceReader::Add(const rocksdb::Slice& key, const rocksdb::Slice& value,
   std::memcpy(weights.data(), value.data() + 8, FloatBytes(len));
   if (parsed->kind == kBlockKind) {
     TensorSnapshot::Block& b =
-        snap_.tensors[target->index].blocks.emplace_back();
+        snap_.tensors[target.index].blocks.emplace_back();
     b.index = static_cast<uint32_t>(parsed->index);
     b.step = step;
     b.weights = std::move(weights);
     b.slots = std::move(slot_values);
   } else {
-    snap_.tables[target->index].rows.push_back(
+    snap_.tables[target.index].rows.push_back(
         {parsed->index, step, std::move(weights), std::move(slot_values)});
   }
   ++keys_;
@@ -843,12 +842,11 @@ Result<ShardSnapshot> CheckpointStore::ReadShard(int64_t round) const {
   if (round < 0 || round > kMaxRound) {
     return NotFound(where + ": no such round");
   }
-  Result<RoundMeta> meta = impl_->ReadMeta(where, round);
-  if (!meta.ok()) return meta.status();
-  SliceReader reader(where, std::move(meta->header));
+  TETHER_ASSIGN_OR_RETURN(RoundMeta meta, impl_->ReadMeta(where, round));
+  SliceReader reader(where, std::move(meta.header));
   TETHER_RETURN_IF_ERROR(reader.Start());
   TETHER_RETURN_IF_ERROR(impl_->ReadData(where, round, &reader));
-  TETHER_RETURN_IF_ERROR(reader.Finish(meta->keys));
+  TETHER_RETURN_IF_ERROR(reader.Finish(meta.keys));
   return std::move(reader).Take();
 }
 
@@ -926,9 +924,8 @@ Status CheckpointStore::Prune(int keep, int64_t newest_complete) {
   // announced through earlier calls. A shard that missed announcements (it
   // restarted) knows fewer, so it keeps more, never less.
   std::set<int64_t> complete;
-  Result<std::vector<RoundRecord>> records = CompleteRounds();
-  if (!records.ok()) return records.status();
-  for (const RoundRecord& r : *records) complete.insert(r.round);
+  TETHER_ASSIGN_OR_RETURN(std::vector<RoundRecord> records, CompleteRounds());
+  for (const RoundRecord& r : records) complete.insert(r.round);
   std::vector<int64_t> announced, headers, markers;
   for (auto [tag, rounds] :
        {std::pair{kAnnouncedTag, &announced}, std::pair{kHeaderTag, &headers},
@@ -957,7 +954,7 @@ Status CheckpointStore::Prune(int keep, int64_t newest_complete) {
   // when it is surely incomplete: shard 0 has no record of it, or this shard
   // never finished it (no marker) -- then no shard can have recorded it.
   const std::set<int64_t> finished(markers.begin(), markers.end());
-  const bool has_records = !records->empty();
+  const bool has_records = !records.empty();
   for (int64_t r : headers) {
     if (r < cut || r >= newest_complete || complete.count(r) > 0) continue;
     if (has_records || finished.count(r) == 0) {

@@ -175,12 +175,11 @@ Result<int64_t> Coordinator::CheckpointNow() {
     if (auto conn = weak.lock()) shards.push_back(std::move(conn));
   }
   lock.unlock();
-  auto round = take();
-  if (!round.ok()) return round.status();
+  TETHER_ASSIGN_OR_RETURN(auto round, take());
   flatbuffers::FlatBufferBuilder fbb(64);
-  OutFrame frame = FinishFrame(fbb, wire::CreateTakeRound(fbb, *round));
+  OutFrame frame = FinishFrame(fbb, wire::CreateTakeRound(fbb, round));
   for (auto& conn : shards) conn->Send(frame);
-  TETHER_LOG(kInfo) << "checkpoint round " << *round << " requested";
+  TETHER_LOG(kInfo) << "checkpoint round " << round << " requested";
   return round;
 }
 
@@ -251,10 +250,9 @@ Result<Coordinator::DataAnswer> Coordinator::NextChunk(int rank, uint64_t rows,
                            " rows, chunks of " + std::to_string(chunk_rows_) +
                            ", " + std::to_string(chunk_epochs_) + " epochs");
   }
-  auto next = chunks_->Next(rank);
-  if (!next.ok()) return next.status();
+  TETHER_ASSIGN_OR_RETURN(auto next, chunks_->Next(rank));
   DataAnswer answer;
-  answer.chunk = *next;
+  answer.chunk = next;
   answer.finished = !answer.chunk && chunks_->Done();
   return answer;
 }

@@ -63,9 +63,9 @@ Dashboard::~Dashboard() {
 
 Status Dashboard::Start() {
   if (!options_.token_file.empty()) {
-    auto token = LoadOrCreateToken(options_.token_file, "--http-token-file");
-    if (!token.ok()) return token.status();
-    token_ = *token;
+    TETHER_ASSIGN_OR_RETURN(auto token, LoadOrCreateToken(options_.token_file,
+                                                          "--http-token-file"));
+    token_ = token;
     TETHER_LOG(kInfo) << "dashboard: POST endpoints need the token in "
                       << options_.token_file;
   }

@@ -283,9 +283,8 @@ Result<ServerOptions> ParseServerOptions(int argc, const char* const* argv,
     return InvalidArgument("unexpected argument '" + p.positional().front() +
                            "' (flags start with --)");
   }
-  auto kind = ParseOptimizerKind(optimizer);
-  if (!kind.ok()) return kind.status();
-  o.optimizer.kind = *kind;
+  TETHER_ASSIGN_OR_RETURN(auto kind, ParseOptimizerKind(optimizer));
+  o.optimizer.kind = kind;
   TETHER_RETURN_IF_ERROR(Check(o, p));
   for (const char* name : kRunWide) {
     if (p.WasSet(name)) o.given.insert(name);

@@ -359,29 +359,24 @@ Result<ParamStore::Tensor*> ParamStore::FindBlock(uint32_t tensor,
 
 Result<std::span<const float>> ParamStore::ReadBlock(uint32_t tensor,
                                                      uint32_t block) {
-  Result<Tensor*> t = FindBlock(tensor, block);
-  if (!t.ok()) return t.status();
-  TETHER_RETURN_IF_ERROR((*t)->Ready(block));
-  Block& b =
-      (*t)->Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
+  TETHER_ASSIGN_OR_RETURN(Tensor * t, FindBlock(tensor, block));
+  TETHER_RETURN_IF_ERROR(t->Ready(block));
+  Block& b = t->Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
   return std::span<const float>(b.weights());
 }
 
 Result<ParamStore::SharedBlock> ParamStore::ShareBlock(uint32_t tensor,
                                                        uint32_t block) {
-  Result<Tensor*> t = FindBlock(tensor, block);
-  if (!t.ok()) return t.status();
-  TETHER_RETURN_IF_ERROR((*t)->Ready(block));
-  Block& b =
-      (*t)->Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
+  TETHER_ASSIGN_OR_RETURN(Tensor * t, FindBlock(tensor, block));
+  TETHER_RETURN_IF_ERROR(t->Ready(block));
+  Block& b = t->Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
   return SharedBlock{b.weights_owner, std::span<const float>(b.weights())};
 }
 
 Status ParamStore::ApplyBlock(uint32_t tensor, uint32_t block,
                               std::span<const float> grad, float lr_scale) {
-  Result<Tensor*> found = FindBlock(tensor, block);
-  if (!found.ok()) return found.status();
-  Tensor& t = **found;
+  TETHER_ASSIGN_OR_RETURN(Tensor * found, FindBlock(tensor, block));
+  Tensor& t = *found;
   // Checked before Touch so that a rejected push creates nothing.
   const uint32_t len = t.BlockLen(block, block_size_);
   if (grad.size() != len) {
@@ -462,9 +457,9 @@ Result<ParamStore::Table*> ParamStore::FindTable(uint32_t table, size_t keys,
 
 Status ParamStore::ReadRows(uint32_t table, std::span<const uint64_t> keys,
                             std::span<float> out) {
-  Result<Table*> found = FindTable(table, keys.size(), out.size(), "output");
-  if (!found.ok()) return found.status();
-  Table& t = **found;
+  TETHER_ASSIGN_OR_RETURN(Table * found,
+                          FindTable(table, keys.size(), out.size(), "output"));
+  Table& t = *found;
   TETHER_RETURN_IF_ERROR(t.Ready(keys));
   for (size_t i = 0; i < keys.size(); ++i) {
     const float* row = t.Row(t.Touch(keys[i], seed_));
@@ -475,10 +470,9 @@ Status ParamStore::ReadRows(uint32_t table, std::span<const uint64_t> keys,
 
 Status ParamStore::ApplyRows(uint32_t table, std::span<const uint64_t> keys,
                              std::span<const float> grads, float lr_scale) {
-  Result<Table*> found =
-      FindTable(table, keys.size(), grads.size(), "gradient");
-  if (!found.ok()) return found.status();
-  Table& t = **found;
+  TETHER_ASSIGN_OR_RETURN(
+      Table * found, FindTable(table, keys.size(), grads.size(), "gradient"));
+  Table& t = *found;
   TETHER_RETURN_IF_ERROR(t.Ready(keys));
   // Rows are small: each is copied aside and updated from the copy, and put
   // back when an update would make it non-finite.
@@ -511,9 +505,8 @@ Status ParamStore::ApplyRows(uint32_t table, std::span<const uint64_t> keys,
 
 Status ParamStore::ProvideBlock(uint32_t tensor, uint32_t block,
                                 std::span<const float> values) {
-  Result<Tensor*> found = FindBlock(tensor, block);
-  if (!found.ok()) return found.status();
-  Tensor& t = **found;
+  TETHER_ASSIGN_OR_RETURN(Tensor * found, FindBlock(tensor, block));
+  Tensor& t = *found;
   if (!t.provided()) {
     return InvalidArgument(t.What() + " has init " + InitString(t.init) +
                            ", not 'provided': its values cannot be provided");
@@ -532,9 +525,9 @@ Status ParamStore::ProvideBlock(uint32_t tensor, uint32_t block,
 
 Status ParamStore::ProvideRows(uint32_t table, std::span<const uint64_t> keys,
                                std::span<const float> values) {
-  Result<Table*> found = FindTable(table, keys.size(), values.size(), "values");
-  if (!found.ok()) return found.status();
-  Table& t = **found;
+  TETHER_ASSIGN_OR_RETURN(
+      Table * found, FindTable(table, keys.size(), values.size(), "values"));
+  Table& t = *found;
   if (!t.provided()) {
     return InvalidArgument(t.What() + " has init " + InitString(t.init) +
                            ", not 'provided': its values cannot be provided");

@@ -60,8 +60,8 @@ Server::~Server() {
 }
 
 Status Server::Bind() {
-  auto bound = Listen(acceptor_, options_.listen, "--listen");
-  if (!bound.ok()) return bound.status();
+  TETHER_ASSIGN_OR_RETURN(auto bound,
+                          Listen(acceptor_, options_.listen, "--listen"));
   boost::system::error_code ec;
   const bool loopback = acceptor_.local_endpoint(ec).address().is_loopback();
   if (!loopback && !auth_key_ && !options_.insecure) {
@@ -71,7 +71,7 @@ Status Server::Bind() {
         " is not a loopback address: give --auth-key-file (the run's shared "
         "key), or --insecure to let anyone who reaches it join the run");
   }
-  listening_ = bound->ToString();
+  listening_ = bound.ToString();
   address_ = options_.advertise.empty() ? listening_ : options_.advertise;
   if (auth_key_) {
     TETHER_LOG(kInfo) << "authentication: every peer proves the key in "
@@ -82,7 +82,7 @@ Status Server::Bind() {
   } else {
     TETHER_LOG(kWarning) << "authentication: OFF (--insecure): anyone who "
                             "reaches "
-                         << bound->ToString() << " can join the run";
+                         << bound.ToString() << " can join the run";
   }
   return Status::Ok();
 }
@@ -91,9 +91,9 @@ Status Server::Start() {
   // A file left by an earlier run must not pass for this one's.
   if (!options_.ready_file.empty()) std::remove(options_.ready_file.c_str());
   if (!options_.auth_key_file.empty()) {
-    auto key = AuthKey::Load(options_.auth_key_file, "--auth-key-file");
-    if (!key.ok()) return key.status();
-    auth_key_ = *key;
+    TETHER_ASSIGN_OR_RETURN(
+        auto key, AuthKey::Load(options_.auth_key_file, "--auth-key-file"));
+    auth_key_ = key;
   }
   TETHER_RETURN_IF_ERROR(Bind());
   for (int i = 0; i < options_.threads; ++i) {
@@ -110,9 +110,9 @@ Status Server::Start() {
     std::optional<ShardSnapshot> resume_from;
     std::vector<int64_t> complete;
     if (!options_.resume.empty()) {
-      auto picked = PickResumeRound(&settings, &complete);
-      if (!picked.ok()) return picked.status();
-      resume_from = std::move(*picked);
+      TETHER_ASSIGN_OR_RETURN(auto picked,
+                              PickResumeRound(&settings, &complete));
+      resume_from = std::move(picked);
     }
     shard_ = std::make_unique<Shard>(0, settings, options_.max_frame_bytes);
     shard_->SetLimits(options_.max_keys, options_.max_waiting);
@@ -218,9 +218,9 @@ void Server::SendStats() {
 }
 
 Status Server::RegisterWithCoordinator() {
-  auto coordinator = ParseHostPort(options_.coordinator, "--coordinator");
-  if (!coordinator.ok()) return coordinator.status();
-  auto socket = ConnectWithRetry(io_, *coordinator, "the coordinator",
+  TETHER_ASSIGN_OR_RETURN(auto coordinator,
+                          ParseHostPort(options_.coordinator, "--coordinator"));
+  auto socket = ConnectWithRetry(io_, coordinator, "the coordinator",
                                  options_.connect_timeout_ms);
   if (!socket.ok()) return socket.status().WithContext("--coordinator");
   coordinator_link_ =
@@ -294,15 +294,14 @@ Status Server::RegisterWithCoordinator() {
           options_.connect_timeout_ms, 1000))) != std::future_status::ready) {
     return Status(Code::kTimeout, peer + " did not answer Hello");
   }
-  Result<RunSettings> settings = future.get();
-  if (!settings.ok()) return settings.status();
-  if (settings->num_shards != options_.shards) {
+  TETHER_ASSIGN_OR_RETURN(RunSettings settings, future.get());
+  if (settings.num_shards != options_.shards) {
     return InvalidArgument("--shards: this shard was started with " +
                            std::to_string(options_.shards) +
                            " but the coordinator runs " +
-                           std::to_string(settings->num_shards));
+                           std::to_string(settings.num_shards));
   }
-  shard_ = std::make_unique<Shard>(options_.shard_id, *settings,
+  shard_ = std::make_unique<Shard>(options_.shard_id, settings,
                                    options_.max_frame_bytes);
   shard_->SetLimits(options_.max_keys, options_.max_waiting);
   return Status::Ok();
@@ -328,9 +327,8 @@ void Server::StartCheckpointer() {
 }
 
 Result<ShardSnapshot> Server::ReadRound(int64_t round, const RunSettings& run) {
-  auto snapshot = store_->ReadShard(round);
-  if (!snapshot.ok()) return snapshot.status();
-  std::string mismatch = IdentityMismatch(*snapshot, options_.shard_id, run);
+  TETHER_ASSIGN_OR_RETURN(auto snapshot, store_->ReadShard(round));
+  std::string mismatch = IdentityMismatch(snapshot, options_.shard_id, run);
   if (!mismatch.empty()) {
     return InvalidArgument(
         "checkpoint dir " + options_.data_dir + ": round " +
@@ -345,22 +343,21 @@ Result<ShardSnapshot> Server::PickResumeRound(RunSettings* settings,
                                               std::vector<int64_t>* complete) {
   TETHER_RETURN_IF_ERROR(
       OpenStore(CheckpointStore::OpenMode::kExisting).WithContext("--resume"));
-  auto rounds = store_->CompleteRounds();
-  if (!rounds.ok()) return rounds.status();
-  if (rounds->empty()) {
+  TETHER_ASSIGN_OR_RETURN(auto rounds, store_->CompleteRounds());
+  if (rounds.empty()) {
     return NotFound("--resume: no complete checkpoint round in " +
                     options_.data_dir);
   }
   const bool latest = options_.resume == "latest";
   std::vector<const RoundRecord*> candidates;  // newest first
-  for (auto it = rounds->rbegin(); it != rounds->rend(); ++it) {
+  for (auto it = rounds.rbegin(); it != rounds.rend(); ++it) {
     if (latest || std::to_string(it->round) == options_.resume) {
       candidates.push_back(&*it);
     }
   }
   if (candidates.empty()) {
     std::string listed;
-    for (const RoundRecord& r : *rounds) {
+    for (const RoundRecord& r : rounds) {
       listed += (listed.empty() ? "" : ", ") + std::to_string(r.round);
     }
     return NotFound("--resume: round " + options_.resume +
@@ -409,7 +406,7 @@ Result<ShardSnapshot> Server::PickResumeRound(RunSettings* settings,
                               "intact";
     }
     *settings = run;
-    for (const RoundRecord& r : *rounds) {
+    for (const RoundRecord& r : rounds) {
       if (r.round <= record->round) complete->push_back(r.round);
     }
     return snapshot;
@@ -421,17 +418,16 @@ Result<ShardSnapshot> Server::PickResumeRound(RunSettings* settings,
 
 Status Server::LoadRound(int64_t round) {
   TETHER_RETURN_IF_ERROR(OpenStore(CheckpointStore::OpenMode::kExisting));
-  auto snapshot = ReadRound(round, shard_->settings());
-  if (!snapshot.ok()) return snapshot.status();
-  TETHER_RETURN_IF_ERROR(shard_->Restore(*snapshot).WithContext(
+  TETHER_ASSIGN_OR_RETURN(auto snapshot, ReadRound(round, shard_->settings()));
+  TETHER_RETURN_IF_ERROR(shard_->Restore(snapshot).WithContext(
       "checkpoint dir " + options_.data_dir + ": round " +
       std::to_string(round)));
   StartCheckpointer();
   TETHER_LOG(kInfo) << "resuming from round " << round << " (clock "
-                    << snapshot->min_clock << ")";
+                    << snapshot.min_clock << ")";
   TETHER_LOG(kInfo) << "shard " << options_.shard_id
                     << " loaded checkpoint round " << round << " (clock "
-                    << snapshot->min_clock << ") from " << options_.data_dir;
+                    << snapshot.min_clock << ") from " << options_.data_dir;
   return Status::Ok();
 }
 

@@ -296,16 +296,14 @@ Status Shard::CheckReplySizeLocked(bool sparse, uint32_t tensor,
   }
   uint64_t floats = 0;
   if (sparse) {
-    auto dim = store_.TableDim(tensor);
-    if (!dim.ok()) return dim.status();
-    floats = uint64_t{*dim} * keys;
+    TETHER_ASSIGN_OR_RETURN(auto dim, store_.TableDim(tensor));
+    floats = uint64_t{dim} * keys;
   } else {
-    auto size = store_.TensorSize(tensor);
-    if (!size.ok()) return size.status();
+    TETHER_ASSIGN_OR_RETURN(auto size, store_.TensorSize(tensor));
     const uint64_t bs = settings_.block_size;
     for (uint32_t b : blocks) {
       uint64_t first = uint64_t{b} * bs;
-      if (first < *size) floats += std::min(bs, *size - first);
+      if (first < size) floats += std::min(bs, size - first);
     }
   }
   // Per block or row: a table, an offset and a vector length.
@@ -321,18 +319,17 @@ Status Shard::CheckReplySizeLocked(bool sparse, uint32_t tensor,
 }
 
 Status Shard::CheckDensePush(const wire::Push& m) {
-  auto size = store_.TensorSize(m.tensor());
-  if (!size.ok()) return size.status();
+  TETHER_ASSIGN_OR_RETURN(auto size, store_.TensorSize(m.tensor()));
   if (m.blocks() == nullptr) return InvalidArgument("push carries no blocks");
   const uint64_t bs = settings_.block_size;
-  const uint64_t num_blocks = (*size + bs - 1) / bs;
+  const uint64_t num_blocks = (size + bs - 1) / bs;
   for (const wire::Block* block : *m.blocks()) {
     if (block->index() >= num_blocks) {
       return InvalidArgument("push to block " + std::to_string(block->index()) +
                              " past the end (" + std::to_string(num_blocks) +
                              " blocks)");
     }
-    uint64_t expected = std::min(bs, *size - block->index() * bs);
+    uint64_t expected = std::min(bs, size - block->index() * bs);
     uint64_t got = block->values() ? block->values()->size() : 0;
     if (got != expected) {
       return InvalidArgument("push to block " + std::to_string(block->index()) +
@@ -359,8 +356,7 @@ Status Shard::CheckFinite(const wire::Push& m, std::span<const float> values,
 }
 
 Status Shard::CheckSparsePush(const wire::Push& m) {
-  auto dim = store_.TableDim(m.tensor());
-  if (!dim.ok()) return dim.status();
+  TETHER_ASSIGN_OR_RETURN(auto dim, store_.TableDim(m.tensor()));
   uint64_t keys = m.keys() ? m.keys()->size() : 0;
   if (keys > max_keys_) {
     return InvalidArgument("push of " + std::to_string(keys) +
@@ -368,10 +364,10 @@ Status Shard::CheckSparsePush(const wire::Push& m) {
                            std::to_string(max_keys_));
   }
   uint64_t rows = m.rows() ? m.rows()->size() : 0;
-  if (rows != keys * *dim) {
+  if (rows != keys * dim) {
     return InvalidArgument("sparse push has " + std::to_string(rows) +
                            " values for " + std::to_string(keys) +
-                           " keys of width " + std::to_string(*dim));
+                           " keys of width " + std::to_string(dim));
   }
   if (rows == 0) return Status::Ok();
   return CheckFinite(m, {m.rows()->data(), m.rows()->size()}, "", 0);

@@ -34,11 +34,10 @@ void RunAll(asio::io_context& io) {
 
 Result<tcp::endpoint> Resolve(asio::io_context& io,
                               const std::string& address) {
-  auto hp = ParseHostPort(address, "address");
-  if (!hp.ok()) return hp.status();
+  TETHER_ASSIGN_OR_RETURN(auto hp, ParseHostPort(address, "address"));
   beast::error_code ec;
   tcp::resolver resolver(io);
-  auto results = resolver.resolve(hp->host, std::to_string(hp->port), ec);
+  auto results = resolver.resolve(hp.host, std::to_string(hp.port), ec);
   if (ec || results.empty()) return Unavailable("cannot resolve " + address);
   return results.begin()->endpoint();
 }
@@ -58,13 +57,12 @@ Result<HttpReply> HttpFetch(
     const std::vector<std::pair<std::string, std::string>>& headers,
     int timeout_ms) {
   asio::io_context io;
-  auto endpoint = Resolve(io, address);
-  if (!endpoint.ok()) return endpoint.status();
+  TETHER_ASSIGN_OR_RETURN(auto endpoint, Resolve(io, address));
   beast::tcp_stream stream(io);
   const auto timeout = std::chrono::milliseconds(timeout_ms);
   beast::error_code ec;
   stream.expires_after(timeout);
-  stream.async_connect(*endpoint, [&](beast::error_code e) { ec = e; });
+  stream.async_connect(endpoint, [&](beast::error_code e) { ec = e; });
   RunAll(io);
   if (ec) return Failed("connect to " + address, ec);
 
@@ -117,18 +115,17 @@ Result<std::unique_ptr<WebSocketClient>> WebSocketClient::Connect(
     const std::string& address, const std::string& path, Options options,
     int timeout_ms) {
   auto impl = std::make_unique<Impl>();
-  auto endpoint = Resolve(impl->io, address);
-  if (!endpoint.ok()) return endpoint.status();
+  TETHER_ASSIGN_OR_RETURN(auto endpoint, Resolve(impl->io, address));
   auto& stream = beast::get_lowest_layer(impl->ws);
   beast::error_code ec;
-  stream.socket().open(endpoint->protocol(), ec);
+  stream.socket().open(endpoint.protocol(), ec);
   if (!ec && options.receive_buffer > 0) {
     stream.socket().set_option(
         asio::socket_base::receive_buffer_size(options.receive_buffer), ec);
   }
   if (ec) return Failed("socket", ec);
   stream.expires_after(std::chrono::milliseconds(timeout_ms));
-  stream.async_connect(*endpoint, [&](beast::error_code e) { ec = e; });
+  stream.async_connect(endpoint, [&](beast::error_code e) { ec = e; });
   RunAll(impl->io);
   if (ec) return Failed("connect to " + address, ec);
   if (!options.origin.empty()) {

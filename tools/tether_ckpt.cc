@@ -139,10 +139,10 @@ Status NoCompleteRound(const CheckpointStore& shard0) {
 // The record of round `spec` ("latest" or a number) among shard 0's.
 Result<RoundRecord> FindRound(const CheckpointStore& shard0,
                               const std::string& spec) {
-  Result<std::vector<RoundRecord>> records = shard0.CompleteRounds();
-  if (!records.ok()) return records.status();
-  if (records->empty()) return NoCompleteRound(shard0);
-  if (spec == "latest") return records->back();
+  TETHER_ASSIGN_OR_RETURN(std::vector<RoundRecord> records,
+                          shard0.CompleteRounds());
+  if (records.empty()) return NoCompleteRound(shard0);
+  if (spec == "latest") return records.back();
   int64_t round = -1;
   std::istringstream parse(spec);
   if (!(parse >> round) || !parse.eof() || round < 0) {
@@ -150,7 +150,7 @@ Result<RoundRecord> FindRound(const CheckpointStore& shard0,
                            spec + "'");
   }
   std::string known;
-  for (const RoundRecord& r : *records) {
+  for (const RoundRecord& r : records) {
     if (r.round == round) return r;
     known += (known.empty() ? "" : ", ") + std::to_string(r.round);
   }
@@ -312,18 +312,15 @@ void Assemble(const ShardDirs& dirs, Model* m,
 // Reads round `spec` from every shard and assembles it; any problem is an
 // error (show and export).
 Result<Model> LoadModel(const ShardDirs& dirs, const std::string& spec) {
-  Result<std::unique_ptr<CheckpointStore>> shard0 =
-      CheckpointStore::OpenReadOnly(dirs.dirs[0]);
-  if (!shard0.ok()) return shard0.status();
-  Result<RoundRecord> record = FindRound(**shard0, spec);
-  if (!record.ok()) return record.status();
+  TETHER_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStore> shard0,
+                          CheckpointStore::OpenReadOnly(dirs.dirs[0]));
+  TETHER_ASSIGN_OR_RETURN(RoundRecord record, FindRound(*shard0, spec));
   Model m;
-  m.record = *record;
-  const size_t shards = std::max<size_t>(record->settings.num_shards, 1);
+  m.record = record;
+  const size_t shards = std::max<size_t>(record.settings.num_shards, 1);
   for (size_t k = 0; k < shards; ++k) {
-    Result<ShardSnapshot> slice = ReadSlice(dirs, k, m.record);
-    if (!slice.ok()) return slice.status();
-    m.slices.push_back(std::move(*slice));
+    TETHER_ASSIGN_OR_RETURN(ShardSnapshot slice, ReadSlice(dirs, k, m.record));
+    m.slices.push_back(std::move(slice));
   }
   std::vector<std::string> problems;
   Assemble(dirs, &m, &problems);

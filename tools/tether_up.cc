@@ -434,13 +434,13 @@ Status Launcher::Evaluate(double* accuracy) {
         std::string("--evaluate-only"), std::string("--test-data"), o_.data}) {
     argv.push_back(arg);
   }
-  auto p = Process::Start(WithKey(argv), o_.log_dir + "/evaluate.log");
-  if (!p.ok()) return p.status();
-  auto code = (*p)->Wait(120000);
-  if (!code.ok() || *code != 0) return Failed(**p, "evaluation", "failed");
-  std::string log = (*p)->Log();
+  TETHER_ASSIGN_OR_RETURN(
+      auto p, Process::Start(WithKey(argv), o_.log_dir + "/evaluate.log"));
+  auto code = p->Wait(120000);
+  if (!code.ok() || *code != 0) return Failed(*p, "evaluation", "failed");
+  std::string log = p->Log();
   auto at = log.find("test accuracy ");
-  if (at == std::string::npos) return Failed(**p, "evaluation", "said nothing");
+  if (at == std::string::npos) return Failed(*p, "evaluation", "said nothing");
   *accuracy = std::atof(log.c_str() + at + 14);
   return Status::Ok();
 }

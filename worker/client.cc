@@ -153,17 +153,17 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
   std::shared_ptr<const AuthKey> key;
   if (!options.auth_key_file.empty()) {
-    auto loaded = AuthKey::Load(options.auth_key_file, "--auth-key-file");
-    if (!loaded.ok()) return loaded.status();
-    key = *loaded;
+    TETHER_ASSIGN_OR_RETURN(
+        auto loaded, AuthKey::Load(options.auth_key_file, "--auth-key-file"));
+    key = loaded;
   }
   auto impl = std::make_unique<Impl>(std::move(options), std::move(key));
   Impl& c = *impl;
-  auto welcome = c.links.Join(0, c.options.coordinator,
-                              c.options.observer ? -1 : c.options.rank,
-                              c.options.join_timeout_ms);
-  if (!welcome.ok()) return welcome.status();
-  c.welcome = *welcome;
+  TETHER_ASSIGN_OR_RETURN(auto welcome,
+                          c.links.Join(0, c.options.coordinator,
+                                       c.options.observer ? -1 : c.options.rank,
+                                       c.options.join_timeout_ms));
+  c.welcome = welcome;
   if (static_cast<int>(c.welcome.shard_addresses.size()) !=
       c.welcome.num_shards) {
     return ProtocolError("the coordinator's Welcome lists " +
@@ -172,10 +172,10 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
                          std::to_string(c.welcome.num_shards));
   }
   for (int i = 1; i < c.welcome.num_shards; ++i) {
-    auto w = c.links.Join(i, c.welcome.shard_addresses[i], c.welcome.rank,
-                          c.options.connect_timeout_ms);
-    if (!w.ok()) return w.status();
-    c.welcome.clock = std::max(c.welcome.clock, w->clock);
+    TETHER_ASSIGN_OR_RETURN(
+        auto w, c.links.Join(i, c.welcome.shard_addresses[i], c.welcome.rank,
+                             c.options.connect_timeout_ms));
+    c.welcome.clock = std::max(c.welcome.clock, w.clock);
   }
   c.clock = c.welcome.clock;
   c.read_clock = c.welcome.clock;

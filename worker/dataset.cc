@@ -92,9 +92,9 @@ Result<std::vector<uint32_t>> ReadIdxHeader(gzFile f, const std::string& path,
                                             uint32_t magic, int dims,
                                             const char* kind) {
   std::vector<uint8_t> header;
-  auto got = ReadBytes(f, path, size_t{4} * (1 + dims), &header);
-  if (!got.ok()) return got.status();
-  if (*got < 4) {
+  TETHER_ASSIGN_OR_RETURN(auto got,
+                          ReadBytes(f, path, size_t{4} * (1 + dims), &header));
+  if (got < 4) {
     return InvalidArgument(path + ": truncated: no IDX magic number");
   }
   uint32_t found = BigEndian32(header.data());
@@ -103,7 +103,7 @@ Result<std::vector<uint32_t>> ReadIdxHeader(gzFile f, const std::string& path,
                            " (expected " + Hex32(magic) + ", an IDX " + kind +
                            " file)");
   }
-  if (*got < size_t{4} * (1 + dims)) {
+  if (got < size_t{4} * (1 + dims)) {
     return InvalidArgument(path + ": truncated IDX header");
   }
   std::vector<uint32_t> sizes;
@@ -116,13 +116,12 @@ Result<std::vector<uint32_t>> ReadIdxHeader(gzFile f, const std::string& path,
 
 // Returns the images as [count, rows * cols] floats in [0, 1].
 Status ReadImages(const std::string& path, DenseDataset* ds) {
-  auto file = OpenForReading(path);
-  if (!file.ok()) return file.status();
-  gzFile f = file->get();
-  auto sizes = ReadIdxHeader(f, path, kIdxImagesMagic, 3, "images");
-  if (!sizes.ok()) return sizes.status();
-  const uint64_t count = (*sizes)[0];
-  const uint64_t features = uint64_t{(*sizes)[1]} * (*sizes)[2];
+  TETHER_ASSIGN_OR_RETURN(auto file, OpenForReading(path));
+  gzFile f = file.get();
+  TETHER_ASSIGN_OR_RETURN(auto sizes,
+                          ReadIdxHeader(f, path, kIdxImagesMagic, 3, "images"));
+  const uint64_t count = sizes[0];
+  const uint64_t features = uint64_t{sizes[1]} * sizes[2];
   // Both factors are below 2^32 and features below 2^64, so only the
   // product with count can overflow.
   if (features != 0 &&
@@ -131,13 +130,12 @@ Status ReadImages(const std::string& path, DenseDataset* ds) {
   }
   const uint64_t bytes = count * features;
   std::vector<uint8_t> pixels;
-  auto got = ReadBytes(f, path, bytes, &pixels);
-  if (!got.ok()) return got.status();
-  if (*got != bytes) {
+  TETHER_ASSIGN_OR_RETURN(auto got, ReadBytes(f, path, bytes, &pixels));
+  if (got != bytes) {
     return InvalidArgument(
         path + ": truncated: " + std::to_string(count) + " images of " +
         std::to_string(features) + " pixels need " + std::to_string(bytes) +
-        " bytes after the header, found " + std::to_string(*got));
+        " bytes after the header, found " + std::to_string(got));
   }
   ds->rows = count;
   ds->features = features;
@@ -147,20 +145,18 @@ Status ReadImages(const std::string& path, DenseDataset* ds) {
 }
 
 Status ReadLabels(const std::string& path, DenseDataset* ds) {
-  auto file = OpenForReading(path);
-  if (!file.ok()) return file.status();
-  gzFile f = file->get();
-  auto sizes = ReadIdxHeader(f, path, kIdxLabelsMagic, 1, "labels");
-  if (!sizes.ok()) return sizes.status();
-  const uint64_t count = (*sizes)[0];
+  TETHER_ASSIGN_OR_RETURN(auto file, OpenForReading(path));
+  gzFile f = file.get();
+  TETHER_ASSIGN_OR_RETURN(auto sizes,
+                          ReadIdxHeader(f, path, kIdxLabelsMagic, 1, "labels"));
+  const uint64_t count = sizes[0];
   std::vector<uint8_t> labels;
-  auto got = ReadBytes(f, path, count, &labels);
-  if (!got.ok()) return got.status();
-  if (*got != count) {
+  TETHER_ASSIGN_OR_RETURN(auto got, ReadBytes(f, path, count, &labels));
+  if (got != count) {
     return InvalidArgument(path + ": truncated: " + std::to_string(count) +
                            " labels need " + std::to_string(count) +
                            " bytes after the header, found " +
-                           std::to_string(*got));
+                           std::to_string(got));
   }
   ds->y.assign(labels.begin(), labels.end());
   int max_label = -1;
@@ -334,10 +330,9 @@ Result<std::unique_ptr<LibsvmReader>> LibsvmReader::Open(
                            std::to_string(shares) +
                            " (expected 0 <= share < shares)");
   }
-  auto file = OpenForReading(path);
-  if (!file.ok()) return file.status();
+  TETHER_ASSIGN_OR_RETURN(auto file, OpenForReading(path));
   auto impl = std::make_unique<Impl>();
-  impl->file = std::move(*file);
+  impl->file = std::move(file);
   // The constructor is private, so make_unique cannot call it.
   return std::unique_ptr<LibsvmReader>(
       new LibsvmReader(path, share, shares, std::move(impl)));

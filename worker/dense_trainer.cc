@@ -71,9 +71,8 @@ class DenseTrainer {
         [this](int epoch) { return AfterClock(epoch); }));
     // The last evaluation, on the weights as they are now.
     TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
-    Result<EvalResult> eval = Evaluate();
-    if (!eval.ok()) return eval.status();
-    return reporter_.Report(o_.epochs - 1, &*eval, /*final=*/true);
+    TETHER_ASSIGN_OR_RETURN(EvalResult eval, Evaluate());
+    return reporter_.Report(o_.epochs - 1, &eval, /*final=*/true);
   }
 
  private:
@@ -96,14 +95,14 @@ class DenseTrainer {
     TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
     reporter_.AddWait(SecondsSince(pull_start));
     auto compute_start = Clock::now();
-    auto loss = model_.Step(batch_x_.data(), batch_y_.data(), n);
-    if (!loss.ok()) return loss.status();
+    TETHER_ASSIGN_OR_RETURN(auto loss,
+                            model_.Step(batch_x_.data(), batch_y_.data(), n));
     SlowDown(o_.slowdown, SecondsSince(compute_start));
-    TETHER_RETURN_IF_ERROR(CheckLoss(*loss, client_, epoch));
+    TETHER_RETURN_IF_ERROR(CheckLoss(loss, client_, epoch));
     TETHER_RETURN_IF_ERROR(ToleratingRefused(PushAll(client_, model_), client_,
                                              &rejected_pushes_));
     step_samples_ = n;
-    step_loss_ = *loss;
+    step_loss_ = loss;
     return Status::Ok();
   }
 
@@ -112,9 +111,8 @@ class DenseTrainer {
     if (step_samples_ > 0) reporter_.AddStep(step_samples_, step_loss_);
     step_samples_ = 0;  // counted once, though a lost shard repeats this
     if (reporter_.EvalDue() && test_ != nullptr) {
-      auto eval = Evaluate();
-      if (!eval.ok()) return eval.status();
-      return reporter_.Report(epoch, &*eval, false);
+      TETHER_ASSIGN_OR_RETURN(auto eval, Evaluate());
+      return reporter_.Report(epoch, &eval, false);
     }
     if (reporter_.ReportDue()) return reporter_.Report(epoch, nullptr, false);
     return Status::Ok();

@@ -79,9 +79,8 @@ class OneDnnBackend final : public FcBackend {
                      const float* x, const int32_t* y, int batch,
                      std::vector<std::vector<float>>& grads) override {
     if (threads_ > 0) omp_set_num_threads(threads_);
-    Result<Plan*> plan = GetPlan(batch);
-    if (!plan.ok()) return plan.status();
-    Plan& p = **plan;
+    TETHER_ASSIGN_OR_RETURN(Plan * plan, GetPlan(batch));
+    Plan& p = *plan;
     TETHER_RETURN_IF_ERROR(Forward(p, weights, x));
     TETHER_RETURN_IF_ERROR(Wait());
 
@@ -108,9 +107,8 @@ class OneDnnBackend final : public FcBackend {
     EvalResult result;
     for (size_t start = 0; start < rows; start += size_t(max_batch_)) {
       const int n = int(std::min(rows - start, size_t(max_batch_)));
-      Result<Plan*> plan = GetPlan(n);
-      if (!plan.ok()) return plan.status();
-      Plan& p = **plan;
+      TETHER_ASSIGN_OR_RETURN(Plan * plan, GetPlan(n));
+      Plan& p = *plan;
       TETHER_RETURN_IF_ERROR(Forward(p, weights, x + start * features_));
       TETHER_RETURN_IF_ERROR(Wait());
       for (int r = 0; r < n; ++r) {

@@ -51,9 +51,9 @@ class FcModel final : public DenseModel {
 
   Status SetBackend(const Device& device, int max_batch, int threads) {
     max_batch_ = max_batch;
-    auto backend = MakeFcBackend(device, layers_, max_batch, threads);
-    if (!backend.ok()) return backend.status();
-    backend_ = std::move(*backend);
+    TETHER_ASSIGN_OR_RETURN(auto backend,
+                            MakeFcBackend(device, layers_, max_batch, threads));
+    backend_ = std::move(backend);
     return Status::Ok();
   }
 

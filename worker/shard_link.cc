@@ -213,9 +213,8 @@ ShardLinks::~ShardLinks() {
 
 Result<WelcomeInfo> ShardLinks::Join(int shard_id, const std::string& address,
                                      int rank, int timeout_ms) {
-  auto link = Open(shard_id, address);
-  if (!link.ok()) return link.status();
-  return Handshake(*link, rank, timeout_ms);
+  TETHER_ASSIGN_OR_RETURN(auto link, Open(shard_id, address));
+  return Handshake(link, rank, timeout_ms);
 }
 
 void ShardLinks::Welcomed(int rank, int heartbeat_ms, int silence_ms) {
@@ -237,17 +236,18 @@ std::string ShardLinks::stop_reason() const {
 
 Result<std::shared_ptr<ShardLinks::Link>> ShardLinks::Open(
     int shard_id, const std::string& address) {
-  auto hp = ParseHostPort(address, "shard " + std::to_string(shard_id));
-  if (!hp.ok()) return hp.status();
+  TETHER_ASSIGN_OR_RETURN(
+      auto hp, ParseHostPort(address, "shard " + std::to_string(shard_id)));
   std::string what =
       shard_id == 0 ? "the coordinator" : "shard " + std::to_string(shard_id);
-  auto socket = ConnectWithRetry(io_, *hp, what, options_.connect_timeout_ms);
-  if (!socket.ok()) return socket.status();
+  TETHER_ASSIGN_OR_RETURN(
+      auto socket,
+      ConnectWithRetry(io_, hp, what, options_.connect_timeout_ms));
   auto link = std::make_shared<Link>(io_, shard_id, address);
   ConnectionOptions co;
   co.max_frame_bytes = options_.max_frame_bytes;
   links_.push_back(link);
-  Attach(link, std::make_shared<Connection>(std::move(*socket), co));
+  Attach(link, std::make_shared<Connection>(std::move(socket), co));
   return link;
 }
 

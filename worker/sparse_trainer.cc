@@ -24,20 +24,19 @@ class SparseTrainer {
     using Lr = SparseLogisticRegression;
     TETHER_RETURN_IF_ERROR(client_.DefineTable(Lr::kTable, 1));
     TETHER_RETURN_IF_ERROR(client_.DefineTensor(Lr::kBias, {1}));
-    auto reader =
-        LibsvmReader::Open(o_.data, client_.rank(), client_.num_workers());
-    if (!reader.ok()) return reader.status();
+    TETHER_ASSIGN_OR_RETURN(
+        auto reader,
+        LibsvmReader::Open(o_.data, client_.rank(), client_.num_workers()));
     std::vector<SparseExample> batch;
     // A resumed run goes on from the client's clock: one batch a clock.
     const int64_t start_clock = client_.clock();
     int64_t clock = 0;
     Status trained = [&]() -> Status {
       for (int epoch = 0; epoch < o_.epochs; ++epoch) {
-        if (epoch > 0) TETHER_RETURN_IF_ERROR((*reader)->Rewind());
+        if (epoch > 0) TETHER_RETURN_IF_ERROR(reader->Rewind());
         while (true) {
-          auto n = (*reader)->Next(o_.batch, &batch);
-          if (!n.ok()) return n.status();
-          if (*n == 0) break;
+          TETHER_ASSIGN_OR_RETURN(auto n, reader->Next(o_.batch, &batch));
+          if (n == 0) break;
           if (clock++ < start_clock) continue;
           TETHER_RETURN_IF_ERROR(RunBatch(
               client_, [&] { return Step(batch, epoch); },
@@ -47,9 +46,8 @@ class SparseTrainer {
       return Status::Ok();
     }();
     TETHER_RETURN_IF_ERROR(EndOfTraining(client_, trained));
-    Result<EvalResult> eval = Evaluate();
-    if (!eval.ok()) return eval.status();
-    return reporter_.Report(o_.epochs - 1, &*eval, /*final=*/true);
+    TETHER_ASSIGN_OR_RETURN(EvalResult eval, Evaluate());
+    return reporter_.Report(o_.epochs - 1, &eval, /*final=*/true);
   }
 
  private:
@@ -96,9 +94,8 @@ class SparseTrainer {
     if (step_samples_ > 0) reporter_.AddStep(step_samples_, step_loss_);
     step_samples_ = 0;  // counted once, though a lost shard repeats this
     if (reporter_.EvalDue() && !o_.test_data.empty()) {
-      auto eval = Evaluate();
-      if (!eval.ok()) return eval.status();
-      return reporter_.Report(epoch, &*eval, false);
+      TETHER_ASSIGN_OR_RETURN(auto eval, Evaluate());
+      return reporter_.Report(epoch, &eval, false);
     }
     if (reporter_.ReportDue()) return reporter_.Report(epoch, nullptr, false);
     return Status::Ok();
@@ -108,13 +105,11 @@ class SparseTrainer {
   Result<EvalResult> Evaluate() {
     EvalResult total;
     if (o_.test_data.empty()) return total;
-    auto reader = LibsvmReader::Open(o_.test_data);
-    if (!reader.ok()) return reader.status();
+    TETHER_ASSIGN_OR_RETURN(auto reader, LibsvmReader::Open(o_.test_data));
     std::vector<SparseExample> batch;
     while (true) {
-      auto n = (*reader)->Next(4096, &batch);
-      if (!n.ok()) return n.status();
-      if (*n == 0) break;
+      TETHER_ASSIGN_OR_RETURN(auto n, reader->Next(4096, &batch));
+      if (n == 0) break;
       std::vector<uint64_t> keys;
       std::vector<float> w;
       float bias = 0;

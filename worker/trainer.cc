@@ -65,26 +65,25 @@ Result<std::unique_ptr<Client>> PullAsObserver(const TrainerOptions& o,
   co.auth_key_file = o.auth_key_file;
   co.observer = true;
   co.name = name;
-  auto client = Client::Connect(co);
-  if (!client.ok()) return client.status();
+  TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
   for (const ParamSpec& spec : model.specs()) {
     TETHER_RETURN_IF_ERROR(
-        (*client)->DefineTensor(spec.name, spec.shape, spec.init));
+        client->DefineTensor(spec.name, spec.shape, spec.init));
   }
-  TETHER_RETURN_IF_ERROR(PullAll(**client, model));
+  TETHER_RETURN_IF_ERROR(PullAll(*client, model));
   return client;
 }
 
 Status EvaluateOnly(const TrainerOptions& o, DenseModel& model,
                     const DenseDataset& test) {
-  auto client = PullAsObserver(o, model, "tether-worker --evaluate-only");
-  if (!client.ok()) return client.status();
-  auto r = model.Evaluate(test.x.data(), test.y.data(), test.rows);
-  if (!r.ok()) return r.status();
+  TETHER_ASSIGN_OR_RETURN(
+      auto client, PullAsObserver(o, model, "tether-worker --evaluate-only"));
+  TETHER_ASSIGN_OR_RETURN(
+      auto r, model.Evaluate(test.x.data(), test.y.data(), test.rows));
   std::printf("test accuracy %.4f loss %.4f over %lld rows\n",
-              double(r->correct) / std::max<int64_t>(1, r->rows),
-              r->loss_sum / std::max<int64_t>(1, r->rows),
-              static_cast<long long>(r->rows));
+              double(r.correct) / std::max<int64_t>(1, r.rows),
+              r.loss_sum / std::max<int64_t>(1, r.rows),
+              static_cast<long long>(r.rows));
   return Status::Ok();
 }
 
@@ -96,8 +95,8 @@ Status EvaluateOnly(const TrainerOptions& o, DenseModel& model,
 Status CompareDevices(const TrainerOptions& o, DenseModel& model,
                       DenseModel& cpu, const DenseDataset& train,
                       const DenseDataset* test) {
-  auto client = PullAsObserver(o, model, "tether-worker --compare-device");
-  if (!client.ok()) return client.status();
+  TETHER_ASSIGN_OR_RETURN(
+      auto client, PullAsObserver(o, model, "tether-worker --compare-device"));
   cpu.weights() = model.weights();
   const int batch = int(std::min<size_t>(size_t(o.batch), train.rows));
   std::printf("compare-device: %s against cpu, on the run's weights\n",
@@ -162,10 +161,9 @@ Status RunTrainer(const TrainerOptions& o) {
   if (o.chunk_rows < 0) {
     return InvalidArgument("--chunk-rows: must be >= 0");
   }
-  auto device = ParseDevice(o.device, "--device");
-  if (!device.ok()) return device.status();
+  TETHER_ASSIGN_OR_RETURN(auto device, ParseDevice(o.device, "--device"));
   if (o.model == "sparse-lr") {
-    if (device->kind != Device::Kind::kCpu) {
+    if (device.kind != Device::Kind::kCpu) {
       return InvalidArgument("--device " + o.device +
                              ": sparse-lr computes on the CPU only");
     }
@@ -185,24 +183,22 @@ Status RunTrainer(const TrainerOptions& o) {
     co.staleness = o.staleness;
     co.name = "tether-worker sparse-lr";
     co.command = o.command;
-    auto client = Client::Connect(co);
-    if (!client.ok()) return client.status();
-    SayResuming(**client);
-    return RunSparseTrainer(o, **client);
+    TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
+    SayResuming(*client);
+    return RunSparseTrainer(o, *client);
   }
   if (o.model != "mlp" && o.model != "softmax") {
     return InvalidArgument("--model: unknown '" + o.model +
                            "' (expected softmax, mlp or sparse-lr)");
   }
-  auto hidden = ParseWidths(o.hidden);
-  if (!hidden.ok()) return hidden.status();
+  TETHER_ASSIGN_OR_RETURN(auto hidden, ParseWidths(o.hidden));
   std::string test_spec = o.test_data;
   if (test_spec.empty() && o.data == "fashion-mnist") test_spec = o.data;
   std::optional<DenseDataset> test;
   if (!test_spec.empty()) {
-    auto loaded = LoadDense(test_spec, /*train=*/false, "--test-data");
-    if (!loaded.ok()) return loaded.status();
-    test = std::move(*loaded);
+    TETHER_ASSIGN_OR_RETURN(
+        auto loaded, LoadDense(test_spec, /*train=*/false, "--test-data"));
+    test = std::move(loaded);
   }
   Result<DenseDataset> train = [&]() -> Result<DenseDataset> {
     if (o.evaluate_only) return DenseDataset{};
@@ -216,26 +212,26 @@ Status RunTrainer(const TrainerOptions& o) {
   const int features = static_cast<int>(shape_source.features);
   int classes = std::max(2, shape_source.classes);
   if (test) classes = std::max(classes, test->classes);
-  auto model =
+  TETHER_ASSIGN_OR_RETURN(
+      auto model,
       o.model == "mlp"
-          ? MakeMlp(features, *hidden, classes, o.batch, o.threads, *device)
+          ? MakeMlp(features, hidden, classes, o.batch, o.threads, device)
           : MakeSoftmaxRegression(features, classes, o.batch, o.threads,
-                                  *device);
-  if (!model.ok()) return model.status();
+                                  device));
   // Said even with --quiet for a GPU, so a mixed cluster's logs show it.
-  if (!o.quiet || device->kind != Device::Kind::kCpu) {
+  if (!o.quiet || device.kind != Device::Kind::kCpu) {
     std::printf("worker: %s computes on %s\n", o.model.c_str(),
-                (*model)->device().c_str());
+                model->device().c_str());
     std::fflush(stdout);
   }
-  if (o.evaluate_only) return EvaluateOnly(o, **model, *test);
+  if (o.evaluate_only) return EvaluateOnly(o, *model, *test);
   if (o.compare_device) {
-    auto cpu =
+    TETHER_ASSIGN_OR_RETURN(
+        auto cpu,
         o.model == "mlp"
-            ? MakeMlp(features, *hidden, classes, o.batch, o.threads)
-            : MakeSoftmaxRegression(features, classes, o.batch, o.threads);
-    if (!cpu.ok()) return cpu.status();
-    return CompareDevices(o, **model, **cpu, *train, test ? &*test : nullptr);
+            ? MakeMlp(features, hidden, classes, o.batch, o.threads)
+            : MakeSoftmaxRegression(features, classes, o.batch, o.threads));
+    return CompareDevices(o, *model, *cpu, *train, test ? &*test : nullptr);
   }
 
   ClientOptions co;
@@ -245,10 +241,9 @@ Status RunTrainer(const TrainerOptions& o) {
   co.staleness = o.staleness;
   co.name = "tether-worker " + o.model;
   co.command = o.command;
-  auto client = Client::Connect(co);
-  if (!client.ok()) return client.status();
-  SayResuming(**client);
-  return RunDenseTrainer(o, **client, **model, *train, test ? &*test : nullptr);
+  TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
+  SayResuming(*client);
+  return RunDenseTrainer(o, *client, *model, *train, test ? &*test : nullptr);
 }
 
 }  // namespace tether

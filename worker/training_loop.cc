@@ -68,30 +68,30 @@ Status TrainChunks(Client& client, const LoopOptions& o, const BatchStep& step,
   int64_t no_skip = 0;  // shard 0 hands out only chunks not done yet
   while (true) {
     if (client.stop_requested()) return Stopped(client);
-    auto chunk =
-        client.NextChunk(o.rows, static_cast<uint32_t>(o.chunk_rows), o.epochs);
-    if (!chunk.ok()) return chunk.status();
-    if (chunk->count == 0) {
-      if (chunk->finished) return Status::Ok();
+    TETHER_ASSIGN_OR_RETURN(
+        auto chunk, client.NextChunk(
+                        o.rows, static_cast<uint32_t>(o.chunk_rows), o.epochs));
+    if (chunk.count == 0) {
+      if (chunk.finished) return Status::Ok();
       // Others still hold chunks and one may come back to the pool. Keep
       // the clock moving meanwhile, so this worker holds no one back.
       TETHER_RETURN_IF_ERROR(client.Clock());
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
-    if (chunk->epoch != order_epoch) {
+    if (chunk.epoch != order_epoch) {
       // The whole epoch's order: one worker's share of a one-worker run.
-      order = WorkerShare(o.rows, 0, 1, client.seed(), chunk->epoch);
-      order_epoch = chunk->epoch;
+      order = WorkerShare(o.rows, 0, 1, client.seed(), chunk.epoch);
+      order_epoch = chunk.epoch;
     }
-    if (chunk->first + chunk->count > order.size()) {
+    if (chunk.first + chunk.count > order.size()) {
       return ProtocolError("shard 0 sent a chunk past the " +
                            std::to_string(order.size()) + " rows");
     }
-    const std::span<const uint32_t> rows(order.data() + chunk->first,
-                                         chunk->count);
+    const std::span<const uint32_t> rows(order.data() + chunk.first,
+                                         chunk.count);
     TETHER_RETURN_IF_ERROR(
-        RunBatches(client, o, rows, chunk->epoch, &no_skip, step, after_clock));
+        RunBatches(client, o, rows, chunk.epoch, &no_skip, step, after_clock));
   }
 }
 

@@ -34,7 +34,7 @@
 #                             started to the last worker's exit (180)
 #   TETHER_NETNS_VERBOSE=1    workers print progress lines (no --quiet)
 set -euo pipefail
-source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../support/lib.sh"
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 bin_dir=${TETHER_BIN_DIR:-$repo/build/release}

@@ -20,7 +20,7 @@
 #   TETHER_SDK_DEADLINE_S     bound on training, from the first shard
 #                             started to the last worker's exit (120)
 set -euo pipefail
-source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/../support/lib.sh"
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build_dir=$(cd "${TETHER_BUILD_DIR:-$repo/build/release}" && pwd)

@@ -84,28 +84,26 @@ tether::Result<Dataset> LoadSplit(const std::string& dir,
                                   const std::string& prefix) {
   const std::string images_path = dir + "/" + prefix + "-images-idx3-ubyte.gz";
   const std::string labels_path = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
-  auto images = ReadGz(images_path);
-  if (!images.ok()) return images.status();
-  auto labels = ReadGz(labels_path);
-  if (!labels.ok()) return labels.status();
-  if (images->size() < 16 || BigEndian32(images->data()) != 0x803 ||
-      BigEndian32(images->data() + 8) != 28 ||
-      BigEndian32(images->data() + 12) != 28) {
+  TETHER_ASSIGN_OR_RETURN(auto images, ReadGz(images_path));
+  TETHER_ASSIGN_OR_RETURN(auto labels, ReadGz(labels_path));
+  if (images.size() < 16 || BigEndian32(images.data()) != 0x803 ||
+      BigEndian32(images.data() + 8) != 28 ||
+      BigEndian32(images.data() + 12) != 28) {
     return tether::InvalidArgument(images_path + ": not 28x28 IDX images");
   }
-  if (labels->size() < 8 || BigEndian32(labels->data()) != 0x801) {
+  if (labels.size() < 8 || BigEndian32(labels.data()) != 0x801) {
     return tether::InvalidArgument(labels_path + ": not IDX labels");
   }
   Dataset d;
-  d.rows = BigEndian32(images->data() + 4);
-  if (BigEndian32(labels->data() + 4) != d.rows ||
-      images->size() < 16 + d.rows * kPixels || labels->size() < 8 + d.rows) {
+  d.rows = BigEndian32(images.data() + 4);
+  if (BigEndian32(labels.data() + 4) != d.rows ||
+      images.size() < 16 + d.rows * kPixels || labels.size() < 8 + d.rows) {
     return tether::InvalidArgument(images_path + ", " + labels_path +
                                    ": truncated, or counts differ");
   }
   d.x.resize(d.rows * kPixels);
-  for (size_t i = 0; i < d.x.size(); ++i) d.x[i] = (*images)[16 + i] / 255.0f;
-  d.y.assign(labels->begin() + 8, labels->begin() + 8 + d.rows);
+  for (size_t i = 0; i < d.x.size(); ++i) d.x[i] = images[16 + i] / 255.0f;
+  d.y.assign(labels.begin() + 8, labels.begin() + 8 + d.rows);
   for (uint8_t label : d.y) {
     if (label >= kClasses) {
       return tether::InvalidArgument(labels_path + ": a label above 9");
@@ -313,10 +311,8 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
 }
 
 Status Run(const Options& o) {
-  auto train = LoadSplit(o.data_dir, "train");
-  if (!train.ok()) return train.status();
-  auto test = LoadSplit(o.data_dir, "t10k");
-  if (!test.ok()) return test.status();
+  TETHER_ASSIGN_OR_RETURN(auto train, LoadSplit(o.data_dir, "train"));
+  TETHER_ASSIGN_OR_RETURN(auto test, LoadSplit(o.data_dir, "t10k"));
 
   tether::ClientOptions co;
   co.coordinator = o.coordinator;
@@ -324,9 +320,9 @@ Status Run(const Options& o) {
   co.staleness = o.staleness;
   co.rank = o.rank;
   co.name = "fm-worker";
-  auto connected = tether::Client::Connect(co);  // waits for every worker
-  if (!connected.ok()) return connected.status();
-  tether::Client& client = **connected;
+  TETHER_ASSIGN_OR_RETURN(
+      auto connected, tether::Client::Connect(co));  // waits for every worker
+  tether::Client& client = *connected;
 
   FactorizationMachine model(o.factors);
   TETHER_RETURN_IF_ERROR(model.Define(client));
@@ -336,14 +332,14 @@ Status Run(const Options& o) {
   int batch_rows = 0;
   float loss = 0;
   tether::LoopOptions loop;
-  loop.rows = train->rows;
+  loop.rows = train.rows;
   loop.batch = o.batch;
   loop.epochs = o.epochs;
   TETHER_RETURN_IF_ERROR(tether::RunTrainingLoop(
       client, loop,
       [&](std::span<const uint32_t> rows, int /*epoch*/) -> Status {
         TETHER_RETURN_IF_ERROR(model.Pull(client));
-        loss = model.Gradient(*train, rows);
+        loss = model.Gradient(train, rows);
         if (!std::isfinite(loss)) {
           return Status(tether::Code::kNonFinite, "the loss diverged");
         }
@@ -364,7 +360,7 @@ Status Run(const Options& o) {
   // Every worker has pushed its last gradient (the final pull waits for
   // them within the staleness bound): evaluate the trained model.
   TETHER_RETURN_IF_ERROR(model.Pull(client));
-  const double accuracy = model.Accuracy(*test);
+  const double accuracy = model.Accuracy(test);
   progress.epoch = o.epochs - 1;
   progress.test_accuracy = static_cast<float>(accuracy);
   progress.done = true;
@@ -373,7 +369,7 @@ Status Run(const Options& o) {
       "worker %d: %llu samples in %.1f s, last loss %.4f, test accuracy "
       "%.2f%% on %zu rows%s\n",
       client.rank(), static_cast<unsigned long long>(progress.samples),
-      SecondsSince(start), loss, 100.0 * accuracy, test->rows,
+      SecondsSince(start), loss, 100.0 * accuracy, test.rows,
       client.stop_requested() ? " (the run was stopped)" : "");
   return Status::Ok();
 }

@@ -17,8 +17,8 @@
 
 #include "schema/flags.h"
 #include "schema/frame.h"
-#include "tests/cluster.h"
-#include "tests/worker_pool.h"
+#include "tests/support/cluster.h"
+#include "tests/support/worker_pool.h"
 #include "worker/client.h"
 
 namespace tether::testing {

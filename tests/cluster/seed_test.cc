@@ -4,8 +4,8 @@
 
 #include <cstring>
 
-#include "tests/cluster.h"
-#include "tests/worker_pool.h"
+#include "tests/support/cluster.h"
+#include "tests/support/worker_pool.h"
 
 namespace tether::testing {
 namespace {

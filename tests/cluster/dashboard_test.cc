@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "schema/flags.h"
-#include "tests/cluster.h"
-#include "tests/prometheus.h"
+#include "tests/support/cluster.h"
+#include "tests/support/prometheus.h"
 #include "tools/http_client.h"
 
 namespace tether::testing {
@@ -893,7 +893,9 @@ TEST_F(Dashboard, WorkersThatEndNormallyAreFinishedNotDead) {
   for (const json::value& e : events.at("events").as_array()) {
     const std::string text(e.at("text").as_string());
     EXPECT_EQ(text.find("dead"), std::string::npos) << text;
-    if (text.ends_with(" finished")) EXPECT_EQ(e.at("level"), "info") << text;
+    if (text.ends_with(" finished")) {
+      EXPECT_EQ(e.at("level"), "info") << text;
+    }
   }
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "schema/auth.h"
-#include "tests/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace tether {
 namespace {

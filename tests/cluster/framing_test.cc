@@ -21,8 +21,8 @@
 
 #include "schema/flags.h"
 #include "schema/frame.h"
-#include "tests/cluster.h"
-#include "tests/raw_peer.h"
+#include "tests/support/cluster.h"
+#include "tests/support/raw_peer.h"
 #include "worker/client.h"
 
 namespace tether {

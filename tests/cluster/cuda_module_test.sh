@@ -3,7 +3,7 @@
 # machine: none next to the program ("this build has no CUDA backend"), one
 # that does not load ("found ... but could not load it: REASON"), and one
 # from another build ("is from another build (version ...)").
-#   tests/cuda_module_test.sh BUILD_DIR
+#   tests/cluster/cuda_module_test.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
 tmp=$(mktemp -d /tmp/tether-cuda-module-test-XXXXXX)

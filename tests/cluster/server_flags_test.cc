@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/cluster.h"
+#include "tests/support/cluster.h"
 #include "tools/http_client.h"
 #include "worker/client.h"
 

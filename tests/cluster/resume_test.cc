@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <map>
 
-#include "tests/cluster.h"
-#include "tests/worker_pool.h"
+#include "tests/support/cluster.h"
+#include "tests/support/worker_pool.h"
 #include "tools/http_client.h"
 
 namespace tether::testing {

@@ -18,7 +18,7 @@
 #include <sstream>
 #include <thread>
 
-#include "tests/cluster.h"
+#include "tests/support/cluster.h"
 #include "tools/http_client.h"
 #include "worker/client.h"
 

@@ -1,4 +1,4 @@
-#include "tests/cluster.h"
+#include "tests/support/cluster.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -4,7 +4,7 @@
 # weights, one step's loss and gradients and the test evaluation through
 # --device and through the CPU backend; identical for cpu, so it must say OK
 # and exit 0. --device cuda on a machine without one exits 1 saying why.
-#   tests/compare_device_test.sh BUILD_DIR
+#   tests/cluster/compare_device_test.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
 tmp=$(mktemp -d /tmp/tether-compare-device-test-XXXXXX)

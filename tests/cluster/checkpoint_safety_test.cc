@@ -12,9 +12,9 @@
 #include <sstream>
 
 #include "server/checkpoint.h"
-#include "tests/cluster.h"
-#include "tests/raw_checkpoint_db.h"
-#include "tests/worker_pool.h"
+#include "tests/support/cluster.h"
+#include "tests/support/raw_checkpoint_db.h"
+#include "tests/support/worker_pool.h"
 
 namespace tether::testing {
 namespace {
@@ -78,7 +78,9 @@ void TrainAndStop(const std::string& dir, int iterations, uint64_t seed = 21,
           .WaitForLine("checkpoint round " + std::to_string(last) + " complete",
                        20000)
           .ok());
-  if (settled) EXPECT_TRUE(Eventually(settled, 10000));
+  if (settled) {
+    EXPECT_TRUE(Eventually(settled, 10000));
+  }
 }
 
 // Shard 0 and shard 1 of a two-shard run, resuming from `d0` and `d1`.
@@ -391,8 +393,12 @@ TEST(CheckpointSafety, KeepCheckpointsIsRunWideAndListChecksEveryShard) {
   EXPECT_TRUE(Has(out, "INCOMPLETE: shard 1 no longer holds it")) << out;
   std::istringstream lines(out);
   for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("80 ", 0) == 0) EXPECT_TRUE(Has(line, "complete")) << line;
-    if (line.rfind("100 ", 0) == 0) EXPECT_TRUE(Has(line, "INCOMPLETE"));
+    if (line.rfind("80 ", 0) == 0) {
+      EXPECT_TRUE(Has(line, "complete")) << line;
+    }
+    if (line.rfind("100 ", 0) == 0) {
+      EXPECT_TRUE(Has(line, "INCOMPLETE"));
+    }
   }
 }
 

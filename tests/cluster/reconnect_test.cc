@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/cluster.h"
+#include "tests/support/cluster.h"
 #include "worker/client.h"
 
 namespace tether::testing {

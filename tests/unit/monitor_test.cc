@@ -17,7 +17,7 @@
 
 #include "server/json_text.h"
 #include "server/reproduce.h"
-#include "tests/prometheus.h"
+#include "tests/support/prometheus.h"
 
 namespace tether {
 namespace {

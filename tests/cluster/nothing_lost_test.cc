@@ -2,8 +2,8 @@
 // gradients through several shards, and the final weights are the exact sums.
 #include <gtest/gtest.h>
 
-#include "tests/cluster.h"
-#include "tests/worker_pool.h"
+#include "tests/support/cluster.h"
+#include "tests/support/worker_pool.h"
 
 namespace tether::testing {
 namespace {

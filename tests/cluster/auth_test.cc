@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/cluster.h"
-#include "tests/raw_peer.h"
+#include "tests/support/cluster.h"
+#include "tests/support/raw_peer.h"
 
 namespace tether {
 namespace {

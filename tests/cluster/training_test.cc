@@ -10,8 +10,8 @@
 #include <map>
 #include <sstream>
 
-#include "tests/cluster.h"
-#include "tests/worker_pool.h"
+#include "tests/support/cluster.h"
+#include "tests/support/worker_pool.h"
 #include "tools/http_client.h"
 #include "tools/process.h"
 

@@ -27,8 +27,8 @@
 #include "server/checkpoint_keys.h"
 #include "server/optimizer.h"
 #include "server/param_store.h"
-#include "tests/raw_checkpoint_db.h"
-#include "tests/temp_dir.h"
+#include "tests/support/raw_checkpoint_db.h"
+#include "tests/support/temp_dir.h"
 
 namespace tether {
 namespace {

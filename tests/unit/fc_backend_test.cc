@@ -165,7 +165,9 @@ bool ExpectCudaMatchesCpu(bool mlp, int index = 0) {
     auto model = MakeSoftmaxRegression(12, 4, max_batch, 1,
                                        Device{Device::Kind::kCuda, index});
     EXPECT_FALSE(model.ok());
-    if (!model.ok()) EXPECT_EQ(model.status().message(), why);
+    if (!model.ok()) {
+      EXPECT_EQ(model.status().message(), why);
+    }
     return false;
   }
   std::cout << "CUDA backend: " << (*cuda)->Describe() << "\n";

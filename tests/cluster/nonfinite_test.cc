@@ -9,8 +9,8 @@
 #include <fstream>
 #include <limits>
 
-#include "tests/cluster.h"
-#include "tests/worker_pool.h"
+#include "tests/support/cluster.h"
+#include "tests/support/worker_pool.h"
 #include "tools/http_client.h"
 
 namespace tether::testing {

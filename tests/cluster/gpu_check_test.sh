@@ -4,10 +4,10 @@
 # is made from a build, stays under the 64 MiB a GPU machine's tree may
 # carry, unpacks and runs its binaries with the libraries it holds, finds
 # the module and stops at check 1 with exit 2; every run writes its summary.
-#   tests/gpu_check_test.sh BUILD_DIR
+#   tests/cluster/gpu_check_test.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d /tmp/tether-gpu-check-test-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }

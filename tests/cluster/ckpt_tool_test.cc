@@ -19,8 +19,8 @@
 #include "server/checkpoint.h"
 #include "server/initializer.h"
 #include "server/param_store.h"
-#include "tests/raw_checkpoint_db.h"
-#include "tests/temp_dir.h"
+#include "tests/support/raw_checkpoint_db.h"
+#include "tests/support/temp_dir.h"
 #include "tools/process.h"
 
 #ifndef TETHER_CKPT_BIN

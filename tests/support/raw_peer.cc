@@ -1,4 +1,4 @@
-#include "tests/raw_peer.h"
+#include "tests/support/raw_peer.h"
 
 #include <random>
 

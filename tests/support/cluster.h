@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "schema/status.h"
-#include "tests/temp_dir.h"
+#include "tests/support/temp_dir.h"
 #include "tools/process.h"
 
 namespace tether::testing {
