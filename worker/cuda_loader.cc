@@ -28,6 +28,26 @@ std::string ExpectedVersion() {
          std::to_string(kFcBackendRevision);
 }
 
+// The factory of a loaded module `where` names, if it comes from this build.
+Result<Factory> FactoryOf(void* handle, const std::string& where) {
+  auto* version =
+      reinterpret_cast<VersionFn>(dlsym(handle, "tether_cuda_module_version"));
+  const std::string theirs = version ? version() : "(none)";
+  if (theirs != ExpectedVersion()) {
+    return Status(Code::kUnavailable,
+                  where + " is from another build (version " + theirs +
+                      ", this program " + ExpectedVersion() +
+                      "): rebuild both");
+  }
+  auto* make =
+      reinterpret_cast<Factory>(dlsym(handle, "tether_make_cuda_backend"));
+  if (make == nullptr) {
+    return Status(Code::kUnavailable,
+                  where + " has no tether_make_cuda_backend");
+  }
+  return make;
+}
+
 // The factory, or why there is none. Loaded once; never unloaded (the
 // backends it makes run its code).
 Result<Factory> LoadFactory() {
@@ -42,7 +62,6 @@ Result<Factory> LoadFactory() {
       candidates.push_back(
           (exe.parent_path().parent_path() / kModule).string());
     }
-    std::string not_found;
     for (const std::string& path : candidates) {
       if (!std::filesystem::exists(path, ec)) continue;
       // Found: from here on, any failure says what is wrong with it.
@@ -55,41 +74,13 @@ Result<Factory> LoadFactory() {
                        "with must be installed)");
         return;
       }
-      auto* version = reinterpret_cast<VersionFn>(
-          dlsym(handle, "tether_cuda_module_version"));
-      const std::string theirs = version ? version() : "(none)";
-      if (theirs != ExpectedVersion()) {
-        factory = Status(Code::kUnavailable,
-                         path + " is from another build (version " + theirs +
-                             ", this program " + ExpectedVersion() +
-                             "): rebuild both");
-        return;
-      }
-      auto* make =
-          reinterpret_cast<Factory>(dlsym(handle, "tether_make_cuda_backend"));
-      if (make == nullptr) {
-        factory = Status(Code::kUnavailable,
-                         path + " has no tether_make_cuda_backend");
-        return;
-      }
-      factory = make;
+      factory = FactoryOf(handle, path);
       return;
     }
     // Not next to the program: the loader's path, for an installed one.
-    void* handle = dlopen(kModule, RTLD_NOW | RTLD_LOCAL);
-    if (handle != nullptr) {
-      auto* version = reinterpret_cast<VersionFn>(
-          dlsym(handle, "tether_cuda_module_version"));
-      auto* make =
-          reinterpret_cast<Factory>(dlsym(handle, "tether_make_cuda_backend"));
-      if (version != nullptr && make != nullptr &&
-          version() == ExpectedVersion()) {
-        factory = make;
-        return;
-      }
-      factory = Status(Code::kUnavailable,
-                       std::string("the ") + kModule +
-                           " on the loader's path is from another build");
+    if (void* handle = dlopen(kModule, RTLD_NOW | RTLD_LOCAL)) {
+      factory = FactoryOf(
+          handle, std::string("the ") + kModule + " on the loader's path");
       return;
     }
     factory =
