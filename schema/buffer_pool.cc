@@ -26,7 +26,7 @@ uint8_t* BufferPool::Allocate(size_t size) {
   int c = ClassOf(size);
   if (c < 0) return new uint8_t[size];
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (c < static_cast<int>(free_.size()) && !free_[c].empty()) {
       uint8_t* p = free_[c].back();
       free_[c].pop_back();
@@ -41,7 +41,7 @@ void BufferPool::Release(uint8_t* buffer, size_t size) {
   if (buffer == nullptr) return;
   int c = ClassOf(size);
   if (c >= 0) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (idle_ + (size_t{1} << c) <= max_idle_) {
       if (c >= static_cast<int>(free_.size())) free_.resize(c + 1);
       free_[c].push_back(buffer);
@@ -53,7 +53,7 @@ void BufferPool::Release(uint8_t* buffer, size_t size) {
 }
 
 size_t BufferPool::idle_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return idle_;
 }
 

@@ -9,10 +9,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
 #include "flatbuffers/flatbuffers.h"
+#include "schema/mutex.h"
 
 namespace tether {
 
@@ -37,9 +37,10 @@ class BufferPool {
   static int ClassOf(size_t size);  // -1: not pooled
 
   const size_t max_idle_;
-  mutable std::mutex mu_;
-  std::vector<std::vector<uint8_t*>> free_;  // by class; guarded by mu_
-  size_t idle_ = 0;                          // guarded by mu_
+  mutable Mutex mu_;
+  // By class.
+  std::vector<std::vector<uint8_t*>> free_ TETHER_GUARDED_BY(mu_);
+  size_t idle_ TETHER_GUARDED_BY(mu_) = 0;
 };
 
 // A FlatBuffers allocator drawing from BufferPool::Default().

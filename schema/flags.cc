@@ -170,6 +170,20 @@ void FlagParser::AddUint64(const std::string& name, uint64_t* target,
        }});
 }
 
+void FlagParser::AddUint32(const std::string& name, uint32_t* target,
+                           const std::string& help) {
+  Add({name, help, ToText(*target), false,
+       [name, target](const std::string& v) {
+         return ParseInteger(name, v, target);
+       }});
+}
+
+void FlagParser::AddCustom(const std::string& name, const std::string& help,
+                           const std::string& default_text,
+                           std::function<Status(const std::string&)> set) {
+  Add({name, help, default_text, false, std::move(set)});
+}
+
 void FlagParser::AddDouble(const std::string& name, double* target,
                            const std::string& help) {
   Add({name, help, ToText(*target), false,

@@ -56,11 +56,19 @@ class FlagParser {
                 const std::string& help);
   void AddUint64(const std::string& name, uint64_t* target,
                  const std::string& help);
+  void AddUint32(const std::string& name, uint32_t* target,
+                 const std::string& help);
   void AddDouble(const std::string& name, double* target,
                  const std::string& help);
   void AddFloat(const std::string& name, float* target,
                 const std::string& help);
   void AddBool(const std::string& name, bool* target, const std::string& help);
+  // A flag of another type: `set` parses the text given into its target,
+  // returning kInvalidArgument naming the flag when it does not parse;
+  // `default_text` is the usage's default.
+  void AddCustom(const std::string& name, const std::string& help,
+                 const std::string& default_text,
+                 std::function<Status(const std::string&)> set);
 
   // Parses argv[1..]. Non-flag arguments are collected in positional().
   // Returns kInvalidArgument naming the flag for an unknown flag, a missing

@@ -46,11 +46,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <set>
 #include <utility>
 
 #include "schema/log.h"
+#include "schema/mutex.h"
 #include "server/checkpoint_codec.h"
 #include "server/checkpoint_keys.h"
 #include "server/optimizer.h"
@@ -456,8 +456,8 @@ struct CheckpointStore::Impl {
   rocksdb::DB* db() const { return rocks.db.get(); }
   bool read_only = false;
 
-  std::mutex mu;
-  std::string last_write_error;  // guarded by mu
+  Mutex mu;
+  std::string last_write_error TETHER_GUARDED_BY(mu);
 
   // Writes `batch`, remembering a failure so that later calls can say why
   // the store stopped.
@@ -467,7 +467,7 @@ struct CheckpointStore::Impl {
     options.sync = sync;
     rocksdb::Status s = db()->Write(options, batch);
     if (s.ok()) return Status::Ok();
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     last_write_error = s.ToString();
     return IoError(where, doing, s);
   }
@@ -477,7 +477,7 @@ struct CheckpointStore::Impl {
   Status Recover(const std::string& where) {
     rocksdb::Status s = db()->Resume();
     if (s.ok()) return Status::Ok();
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     return Status(Code::kIoError,
                   where + ": stopped since an earlier write failed (" +
                       last_write_error +

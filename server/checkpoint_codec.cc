@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "server/optimizer.h"
+#include "server/settings_fields.h"
 
 namespace tether::checkpoint {
 namespace {
@@ -149,48 +150,56 @@ InitSpec InitFromJson(const json::value& v, Fields* parent) {
   return init;
 }
 
-// Decodes `v` into *s; the problem, naming the field, or "".
-std::string DecodeSettings(const json::value& v, RunSettings* out) {
-  Fields f(v, "settings");
-  RunSettings& s = *out;
-  s.run_id = f.OptionalString("run_id");
-  s.seed = f.Number<uint64_t>("seed");
-  s.num_shards = f.Number<int>("num_shards");
-  // Fields newer than the first rounds: absent ones keep their defaults.
-  if (f.Has("keep_checkpoints")) {
-    s.keep_checkpoints = f.Number<int>("keep_checkpoints");
-  }
-  if (f.Has("worker_timeout_ms")) {
-    s.worker_timeout_ms = f.Number<int>("worker_timeout_ms");
-  }
-  if (f.Has("heartbeat_ms")) s.heartbeat_ms = f.Number<int>("heartbeat_ms");
-  if (f.Has("backup_workers")) {
-    s.backup_workers = f.Number<int>("backup_workers");
-  }
-  if (f.Has("staleness_lr")) s.staleness_lr = f.Bool("staleness_lr");
-  s.num_workers = f.Number<int>("num_workers");
-  s.max_staleness = f.Number<int>("max_staleness");
-  s.reject_staleness = f.Number<int>("reject_staleness");
-  s.block_size = f.Number<uint32_t>("block_size");
-  s.checkpoint_every = f.Number<int64_t>("checkpoint_every");
-  s.resume_round = f.Number<int64_t>("resume_round");
-  Fields o(f.Value("optimizer"), "optimizer");
-  const std::string kind = o.String("kind");
-  s.optimizer.lr = o.Number<float>("lr");
-  s.optimizer.momentum = o.Number<float>("momentum");
-  s.optimizer.beta1 = o.Number<float>("beta1");
-  s.optimizer.beta2 = o.Number<float>("beta2");
-  s.optimizer.epsilon = o.Number<float>("epsilon");
-  if (o.ok()) {
-    Result<OptimizerKind> k = ParseOptimizerKind(kind);
-    if (k.ok()) {
-      s.optimizer.kind = *k;
+// Reads a setting's field `key` into *value: by its type, an optimizer by
+// name, a described struct (the optimizer's settings) as an object.
+template <typename T>
+void ReadSetting(Fields& f, const char* key, T* value);
+
+// Reads the described members of *out, each from the field of its name,
+// but Welcome-only ones; one added since the format's first version keeps
+// its default when absent.
+template <typename T>
+void ReadMembers(Fields& f, T* out) {
+  ForEachMemberPair(*out, *out,
+                    [&f](const SettingField& field, auto& value, auto&) {
+                      const std::string key(field.member);
+                      if (field.Has(kWelcomeOnly)) return;
+                      if (!field.Has(kInFirstRounds) && !f.Has(key.c_str())) {
+                        return;
+                      }
+                      ReadSetting(f, key.c_str(), &value);
+                    });
+}
+
+template <typename T>
+void ReadSetting(Fields& f, const char* key, T* value) {
+  if constexpr (kIsSettingsGroup<T>) {
+    Fields group(f.Value(key), key);
+    ReadMembers(group, value);
+    if (!group.ok()) f.Fail(group.error());
+  } else if constexpr (std::is_same_v<T, bool>) {
+    *value = f.Bool(key);
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    *value = f.String(key);
+  } else if constexpr (std::is_same_v<T, OptimizerKind>) {
+    const std::string name = f.String(key);
+    Result<OptimizerKind> kind = ParseOptimizerKind(name);
+    if (kind.ok()) {
+      *value = *kind;
     } else {
-      o.Fail("kind '" + kind + "' is unknown");
+      f.Fail(std::string(key) + " '" + name + "' is unknown");
     }
+  } else {
+    static_assert(std::is_arithmetic_v<T>, "a setting of a type not read here");
+    *value = f.Number<T>(key);
   }
-  if (!o.ok()) f.Fail(o.error());
-  if (f.ok() && (s.num_shards < 1 || s.block_size < 1)) {
+}
+
+// Decodes `v` into *s; the problem, naming the field, or "".
+std::string DecodeSettings(const json::value& v, RunSettings* s) {
+  Fields f(v, "settings");
+  ReadMembers(f, s);
+  if (f.ok() && (s->num_shards < 1 || s->block_size < 1)) {
     f.Fail("has num_shards or block_size below 1");
   }
   return f.ok() ? "" : f.error();
@@ -205,28 +214,7 @@ RunSettings ReadSettings(const json::value& v, Fields* parent) {
 }  // namespace
 
 boost::json::value SettingsToJson(const RunSettings& s) {
-  const OptimizerOptions& o = s.optimizer;
-  return json::object{
-      {"run_id", s.run_id},
-      {"seed", s.seed},
-      {"num_shards", s.num_shards},
-      {"keep_checkpoints", s.keep_checkpoints},
-      {"num_workers", s.num_workers},
-      {"max_staleness", s.max_staleness},
-      {"reject_staleness", s.reject_staleness},
-      {"block_size", s.block_size},
-      {"checkpoint_every", s.checkpoint_every},
-      {"resume_round", s.resume_round},
-      {"worker_timeout_ms", s.worker_timeout_ms},
-      {"heartbeat_ms", s.heartbeat_ms},
-      {"backup_workers", s.backup_workers},
-      {"staleness_lr", s.staleness_lr},
-      {"optimizer", json::object{{"kind", OptimizerName(o.kind)},
-                                 {"lr", static_cast<double>(o.lr)},
-                                 {"momentum", static_cast<double>(o.momentum)},
-                                 {"beta1", static_cast<double>(o.beta1)},
-                                 {"beta2", static_cast<double>(o.beta2)},
-                                 {"epsilon", static_cast<double>(o.epsilon)}}}};
+  return json::value_from(s);
 }
 
 Result<RunSettings> SettingsFromJson(const boost::json::value& v) {
@@ -384,3 +372,38 @@ Result<uint64_t> MarkerKeysFromJson(std::string_view text) {
 }
 
 }  // namespace tether::checkpoint
+
+namespace tether {
+namespace {
+
+// The described members of `object` by name, but Welcome-only ones.
+template <typename T>
+boost::json::object MembersToJson(const T& object) {
+  boost::json::object out;
+  ForEachMemberPair(
+      object, object,
+      [&out](const SettingField& field, const auto& value, const auto&) {
+        if (field.Has(kWelcomeOnly)) return;
+        out[field.member] = boost::json::value_from(value);
+      });
+  return out;
+}
+
+}  // namespace
+
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v,
+                OptimizerKind kind) {
+  v = OptimizerName(kind);
+}
+
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v,
+                const OptimizerOptions& o) {
+  v = MembersToJson(o);
+}
+
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v,
+                const RunSettings& s) {
+  v = MembersToJson(s);
+}
+
+}  // namespace tether

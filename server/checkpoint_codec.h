@@ -9,6 +9,7 @@
 #pragma once
 
 #include <boost/json/value.hpp>
+#include <boost/json/value_from.hpp>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -24,14 +25,16 @@ namespace tether::checkpoint {
 // version is refused.
 constexpr int kFormat = 1;
 
-// Every RunSettings field a round keeps (all but shard_restart, which only
-// a Welcome carries).
+// Every RunSettings field a round keeps (all but the Welcome-only
+// shard_restart), keyed by member name, the optimizer's as an object:
+// json::value_from(s) (the tag_invoke below).
 boost::json::value SettingsToJson(const RunSettings& s);
-// Fields added after the format's first version (run_id, keep_checkpoints,
-// worker_timeout_ms, heartbeat_ms, backup_workers, staleness_lr) keep their
-// defaults when absent; any other missing field, a field of the wrong type
-// or out of range, an unknown optimizer, or num_shards or block_size below
-// 1 is refused, e.g. "settings field 'seed' is not a number in range".
+// Fields added after the format's first version (those without
+// kInFirstRounds in server/settings_fields.h: run_id, keep_checkpoints,
+// worker_timeout_ms, ...) keep their defaults when absent; any other
+// missing field, a field of the wrong type or out of range, an unknown
+// optimizer, or num_shards or block_size below 1 is refused, e.g.
+// "settings field 'seed' is not a number in range".
 Result<RunSettings> SettingsFromJson(const boost::json::value& v);
 
 // A round's header decoded: the snapshot's definitions (no blocks or rows
@@ -57,3 +60,16 @@ std::string RecordToJson(const RoundRecord& r);
 Result<RoundRecord> RecordFromJson(std::string_view text);
 
 }  // namespace tether::checkpoint
+
+namespace tether {
+
+// Boost.JSON's value_from: the settings as a round keeps them
+// (checkpoint::SettingsToJson), an optimizer kind by name ("adam").
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v,
+                const RunSettings& s);
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v,
+                const OptimizerOptions& o);
+void tag_invoke(boost::json::value_from_tag, boost::json::value& v,
+                OptimizerKind kind);
+
+}  // namespace tether

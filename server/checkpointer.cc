@@ -11,20 +11,20 @@ Checkpointer::Checkpointer(CheckpointStore* store, Done done)
 
 Checkpointer::~Checkpointer() {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   thread_.join();
 }
 
 bool Checkpointer::Submit(ShardSnapshot snapshot) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (busy_ || pending_ || stopping_) return false;
     pending_ = std::move(snapshot);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return true;
 }
 
@@ -32,8 +32,8 @@ void Checkpointer::Loop() {
   while (true) {
     ShardSnapshot snapshot;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || pending_.has_value(); });
+      MutexLock lock(&mu_);
+      while (!stopping_ && !pending_) cv_.Wait(mu_);
       if (!pending_) return;  // stopping with nothing left to write
       snapshot = std::move(*pending_);
       pending_.reset();
@@ -46,7 +46,7 @@ void Checkpointer::Loop() {
         snapshot.round, written,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count());
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     busy_ = false;
   }
 }

@@ -6,12 +6,11 @@
 // Thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <thread>
 
+#include "schema/mutex.h"
 #include "server/checkpoint.h"
 
 namespace tether {
@@ -30,19 +29,19 @@ class Checkpointer {
 
   // Hands `snapshot` to the writer; false (dropping it) when a write is in
   // progress.
-  bool Submit(ShardSnapshot snapshot);
+  bool Submit(ShardSnapshot snapshot) TETHER_EXCLUDES(mu_);
 
  private:
-  void Loop();
+  void Loop() TETHER_EXCLUDES(mu_);
 
   CheckpointStore* const store_;
   const Done done_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<ShardSnapshot> pending_;  // guarded by mu_
-  bool busy_ = false;                     // guarded by mu_
-  bool stopping_ = false;                 // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::optional<ShardSnapshot> pending_ TETHER_GUARDED_BY(mu_);
+  bool busy_ TETHER_GUARDED_BY(mu_) = false;
+  bool stopping_ TETHER_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts after the members it uses
 };
 

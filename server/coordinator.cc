@@ -35,7 +35,7 @@ int Coordinator::JoinedWorkers() const {
 
 void Coordinator::RegisterShard(int shard_id, const std::string& address,
                                 const std::shared_ptr<Connection>& conn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   Status error;
   if (shard_id <= 0 || shard_id >= settings_.num_shards) {
     error = InvalidArgument("shard id " + std::to_string(shard_id) +
@@ -87,7 +87,7 @@ void Coordinator::RegisterShard(int shard_id, const std::string& address,
 }
 
 void Coordinator::ShardLeft(int shard_id, const Connection* conn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (shard_id > 0 && shard_id < settings_.num_shards &&
       shard_conns_[shard_id].lock().get() == conn) {
     shard_conns_[shard_id].reset();
@@ -98,7 +98,7 @@ void Coordinator::ShardLeft(int shard_id, const Connection* conn) {
 Result<int> Coordinator::JoinWorker(int requested_rank, int staleness,
                                     const std::shared_ptr<Connection>& conn,
                                     bool reconnecting) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   if (!stopped_.empty()) {
     return Unavailable("the run was stopped (" + stopped_ +
                        "); start a new one, or resume it with --resume");
@@ -137,13 +137,13 @@ Result<int> Coordinator::JoinWorker(int requested_rank, int staleness,
   TETHER_LOG(kInfo) << "worker " << rank << " joined from " << conn->peer()
                     << " (" << JoinedWorkers() << "/" << n << ")";
   ReleaseLocked();
-  lock.unlock();
+  lock.Unlock();
   if (replaced) replaced->Close();
   return rank;
 }
 
 void Coordinator::WorkerLeft(int rank, const Connection* conn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (rank < 0 || rank >= settings_.num_workers) return;
   if (worker_conns_[rank] != conn) return;
   worker_conns_[rank] = nullptr;
@@ -157,24 +157,24 @@ void Coordinator::WorkerLeft(int rank, const Connection* conn) {
 
 void Coordinator::OnRoundComplete(
     std::function<void(int64_t, uint64_t)> on_complete) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   on_round_complete_ = std::move(on_complete);
 }
 
 void Coordinator::SetTakeRound(std::function<Result<int64_t>()> take_local) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   take_round_ = std::move(take_local);
 }
 
 Result<int64_t> Coordinator::CheckpointNow() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   if (!take_round_) return Unavailable("checkpoints are not set up");
   auto take = take_round_;
   std::vector<std::shared_ptr<Connection>> shards;
   for (auto& weak : shard_conns_) {
     if (auto conn = weak.lock()) shards.push_back(std::move(conn));
   }
-  lock.unlock();
+  lock.Unlock();
   TETHER_ASSIGN_OR_RETURN(auto round, take());
   flatbuffers::FlatBufferBuilder fbb(64);
   OutFrame frame = FinishFrame(fbb, wire::CreateTakeRound(fbb, round));
@@ -185,7 +185,7 @@ Result<int64_t> Coordinator::CheckpointNow() {
 
 void Coordinator::OnShardRound(
     std::function<void(const ShardRound&)> on_shard_round) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   on_shard_round_ = std::move(on_shard_round);
 }
 
@@ -193,7 +193,7 @@ void Coordinator::RoundWritten(const ShardRound& written) {
   const int shard_id = written.shard_id;
   const int64_t round = written.round;
   const std::string& error = written.error;
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   if (shard_id < 0 || shard_id >= settings_.num_shards) return;
   if (on_shard_round_) on_shard_round_(written);
   if (!error.empty()) {
@@ -219,7 +219,7 @@ void Coordinator::RoundWritten(const ShardRound& written) {
     if (auto conn = weak.lock()) shards.push_back(std::move(conn));
   }
   auto on_complete = on_round_complete_;
-  lock.unlock();
+  lock.Unlock();
   if (on_complete) on_complete(round, total);
   flatbuffers::FlatBufferBuilder fbb(64);
   OutFrame frame = FinishFrame(fbb, wire::CreateRoundComplete(fbb, round));
@@ -229,7 +229,7 @@ void Coordinator::RoundWritten(const ShardRound& written) {
 Result<Coordinator::DataAnswer> Coordinator::NextChunk(int rank, uint64_t rows,
                                                        uint32_t chunk_rows,
                                                        int epochs) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!chunks_) {
     auto pool = ChunkPool::Create(settings_.num_workers, rows, chunk_rows,
                                   epochs, settings_.seed);
@@ -258,12 +258,12 @@ Result<Coordinator::DataAnswer> Coordinator::NextChunk(int rank, uint64_t rows,
 }
 
 void Coordinator::ReleaseChunk(int rank) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (chunks_) chunks_->Release(rank);
 }
 
 void Coordinator::AddDataStats(ShardStats& stats) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!chunks_) return;
   for (const ChunkPool::EpochCount& e : chunks_->Counts()) {
     stats.data_epochs.push_back(
@@ -273,14 +273,14 @@ void Coordinator::AddDataStats(ShardStats& stats) const {
 }
 
 void Coordinator::JoinObserver(const std::shared_ptr<Connection>& conn) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   waiting_.push_back({conn, -1, -1});
   ReleaseLocked();
 }
 
 void Coordinator::StartResume(int64_t round, std::vector<int64_t> complete,
                               bool fallback, ResumeHooks hooks) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   resume_.active = true;
   resume_.fallback = fallback;
   resume_.round = round;
@@ -295,7 +295,7 @@ void Coordinator::StartResume(int64_t round, std::vector<int64_t> complete,
 void Coordinator::ShardResumed(int shard_id, int64_t round,
                                const std::string& error,
                                const std::vector<int64_t>& intact) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!resume_.active || round != resume_.round || shard_id <= 0 ||
       shard_id >= settings_.num_shards) {
     return;
@@ -408,7 +408,7 @@ OutFrame Coordinator::MakeWelcome(int rank, int staleness) const {
 Result<int> Coordinator::StopRun(const std::string& reason) {
   std::vector<std::shared_ptr<Connection>> workers, unwelcomed;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (!stopped_.empty()) return Unavailable("the run was stopped already");
     stopped_ = reason;
     // Workers still waiting for their Welcome will not get one.

@@ -13,13 +13,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "schema/connection.h"
+#include "schema/mutex.h"
 #include "schema/stats.h"
 #include "server/chunk_pool.h"
 #include "server/run_settings.h"
@@ -47,8 +47,9 @@ class Coordinator {
   // A shard's Hello. Answers Welcome (with the run settings) or an Error,
   // e.g. for an id out of range or one already held by a live shard.
   void RegisterShard(int shard_id, const std::string& address,
-                     const std::shared_ptr<Connection>& conn);
-  void ShardLeft(int shard_id, const Connection* conn);
+                     const std::shared_ptr<Connection>& conn)
+      TETHER_EXCLUDES(mu_);
+  void ShardLeft(int shard_id, const Connection* conn) TETHER_EXCLUDES(mu_);
 
   // A worker's Hello asking for `requested_rank` (-1: any). Returns the
   // rank it now holds, or the error to send (rank taken or out of range,
@@ -58,20 +59,23 @@ class Coordinator {
   // closed.
   Result<int> JoinWorker(int requested_rank, int staleness,
                          const std::shared_ptr<Connection>& conn,
-                         bool reconnecting = false);
+                         bool reconnecting = false) TETHER_EXCLUDES(mu_);
   // Frees `rank` when its connection ends.
-  void WorkerLeft(int rank, const Connection* conn);
+  void WorkerLeft(int rank, const Connection* conn) TETHER_EXCLUDES(mu_);
 
   // An observer's Hello; Welcome follows once the shard map is complete.
-  void JoinObserver(const std::shared_ptr<Connection>& conn);
+  void JoinObserver(const std::shared_ptr<Connection>& conn)
+      TETHER_EXCLUDES(mu_);
 
   // A shard wrote its slice of a round (`error` empty) or failed. Once
   // every shard has written a round, `on_complete(round, bytes)` runs (to
   // record it) and every shard is told, so it may prune older rounds.
   // `on_shard_round` sees every report first (for the dashboard).
-  void RoundWritten(const ShardRound& written);
-  void OnRoundComplete(std::function<void(int64_t, uint64_t)> on_complete);
-  void OnShardRound(std::function<void(const ShardRound&)> on_shard_round);
+  void RoundWritten(const ShardRound& written) TETHER_EXCLUDES(mu_);
+  void OnRoundComplete(std::function<void(int64_t, uint64_t)> on_complete)
+      TETHER_EXCLUDES(mu_);
+  void OnShardRound(std::function<void(const ShardRound&)> on_shard_round)
+      TETHER_EXCLUDES(mu_);
 
   // Chunked data assignment. The next chunk for worker `rank` (the one it
   // held is done): a chunk, or none with `finished` telling whether every
@@ -82,16 +86,17 @@ class Coordinator {
     bool finished = false;
   };
   Result<DataAnswer> NextChunk(int rank, uint64_t rows, uint32_t chunk_rows,
-                               int epochs);
+                               int epochs) TETHER_EXCLUDES(mu_);
   // `rank` died or was evicted: the chunk it holds goes back to the pool.
-  void ReleaseChunk(int rank);
+  void ReleaseChunk(int rank) TETHER_EXCLUDES(mu_);
   // Adds the chunk accounting to shard 0's figures.
-  void AddDataStats(ShardStats& stats) const;
+  void AddDataStats(ShardStats& stats) const TETHER_EXCLUDES(mu_);
 
   // A checkpoint round now: `take_local` writes shard 0's slice and names
   // the round, then every other shard is told to write the same round.
-  void SetTakeRound(std::function<Result<int64_t>()> take_local);
-  Result<int64_t> CheckpointNow();
+  void SetTakeRound(std::function<Result<int64_t>()> take_local)
+      TETHER_EXCLUDES(mu_);
+  Result<int64_t> CheckpointNow() TETHER_EXCLUDES(mu_);
 
   // Resuming: shard 0 has loaded `round`; `complete` lists the complete
   // rounds (ascending) in shard 0's records. Nobody is welcomed -- workers
@@ -108,18 +113,18 @@ class Coordinator {
     std::function<void(int64_t round)> resumed;
   };
   void StartResume(int64_t round, std::vector<int64_t> complete, bool fallback,
-                   ResumeHooks hooks);
+                   ResumeHooks hooks) TETHER_EXCLUDES(mu_);
   // Shard `shard_id` loaded `round` (`error` empty) or could not; `intact`
   // lists the rounds it can load. Reports for a round no longer asked for
   // are ignored.
   void ShardResumed(int shard_id, int64_t round, const std::string& error,
-                    const std::vector<int64_t>& intact);
+                    const std::vector<int64_t>& intact) TETHER_EXCLUDES(mu_);
 
   // Ends training: every joined worker is told to stop after its current
   // step (it reports, evaluates and exits 0), and workers that join later
   // are refused. The shards keep serving. Returns how many were told;
   // kUnavailable when the run was stopped already.
-  Result<int> StopRun(const std::string& reason);
+  Result<int> StopRun(const std::string& reason) TETHER_EXCLUDES(mu_);
 
  private:
   struct Waiting {
@@ -127,40 +132,48 @@ class Coordinator {
     int rank;
     int staleness;
   };
-  bool MapComplete() const;
-  int JoinedWorkers() const;
-  // Welcomes whoever may start now. Requires mu_ held.
-  void ReleaseLocked();
-  OutFrame MakeWelcome(int rank, int staleness) const;
+  bool MapComplete() const TETHER_REQUIRES(mu_);
+  int JoinedWorkers() const TETHER_REQUIRES(mu_);
+  // Welcomes whoever may start now.
+  void ReleaseLocked() TETHER_REQUIRES(mu_);
+  OutFrame MakeWelcome(int rank, int staleness) const TETHER_REQUIRES(mu_);
   // The settings as handed out now: with the round being resumed.
-  RunSettings CurrentSettingsLocked() const;
+  RunSettings CurrentSettingsLocked() const TETHER_REQUIRES(mu_);
   // Every resuming shard loaded the round: the run may start.
-  void ResumedLocked();
+  void ResumedLocked() TETHER_REQUIRES(mu_);
   // The run cannot resume: tells every shard and waiting peer, then hooks.
-  void ResumeFailedLocked(const Status& why);
+  void ResumeFailedLocked(const Status& why) TETHER_REQUIRES(mu_);
 
   const RunSettings settings_;
   const std::function<int64_t(int rank)> worker_clock_;
 
-  mutable std::mutex mu_;
-  // Guarded by mu_.
-  std::vector<std::string> shard_addresses_;  // "" until registered
-  std::vector<std::weak_ptr<Connection>> shard_conns_;
-  std::vector<bool> shard_seen_;  // registered once: the next is a restart
-  int64_t latest_complete_round_ = -1;
+  mutable Mutex mu_;
+  // "" until registered.
+  std::vector<std::string> shard_addresses_ TETHER_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<Connection>> shard_conns_ TETHER_GUARDED_BY(mu_);
+  // Registered once: the next is a restart.
+  std::vector<bool> shard_seen_ TETHER_GUARDED_BY(mu_);
+  int64_t latest_complete_round_ TETHER_GUARDED_BY(mu_) = -1;
   struct RoundProgress {
     std::vector<bool> written;
     uint64_t bytes = 0;
   };
-  std::map<int64_t, RoundProgress> rounds_;  // rounds not yet complete
-  std::function<void(int64_t, uint64_t)> on_round_complete_;
-  std::function<void(const ShardRound&)> on_shard_round_;
-  std::function<Result<int64_t>()> take_round_;
-  std::vector<const Connection*> worker_conns_;  // by rank; null when free
-  std::vector<std::weak_ptr<Connection>> worker_links_;  // the same, owned
-  std::vector<Waiting> waiting_;  // hello'd peers not yet welcomed
-  bool started_ = false;          // every worker has been welcomed once
-  std::string stopped_;           // why the run was stopped; "" running
+  // Rounds not yet complete.
+  std::map<int64_t, RoundProgress> rounds_ TETHER_GUARDED_BY(mu_);
+  std::function<void(int64_t, uint64_t)> on_round_complete_
+      TETHER_GUARDED_BY(mu_);
+  std::function<void(const ShardRound&)> on_shard_round_ TETHER_GUARDED_BY(mu_);
+  std::function<Result<int64_t>()> take_round_ TETHER_GUARDED_BY(mu_);
+  // By rank; null when free.
+  std::vector<const Connection*> worker_conns_ TETHER_GUARDED_BY(mu_);
+  // The same, owned.
+  std::vector<std::weak_ptr<Connection>> worker_links_ TETHER_GUARDED_BY(mu_);
+  // Hello'd peers not yet welcomed.
+  std::vector<Waiting> waiting_ TETHER_GUARDED_BY(mu_);
+  // Every worker has been welcomed once.
+  bool started_ TETHER_GUARDED_BY(mu_) = false;
+  // Why the run was stopped; "" running.
+  std::string stopped_ TETHER_GUARDED_BY(mu_);
   struct Resume {
     bool active = false;       // waiting for every shard to load `round`
     int64_t round = -1;        // the round being resumed
@@ -169,11 +182,12 @@ class Coordinator {
     bool fallback = false;     // --resume latest
     ResumeHooks hooks;
   };
-  Resume resume_;
-  std::optional<ChunkPool> chunks_;  // made by the first DataRequest
-  uint64_t chunk_rows_total_ = 0;    // what it was made for
-  uint32_t chunk_rows_ = 0;
-  int chunk_epochs_ = 0;
+  Resume resume_ TETHER_GUARDED_BY(mu_);
+  // Made by the first DataRequest, for chunk_rows_total_ rows.
+  std::optional<ChunkPool> chunks_ TETHER_GUARDED_BY(mu_);
+  uint64_t chunk_rows_total_ TETHER_GUARDED_BY(mu_) = 0;
+  uint32_t chunk_rows_ TETHER_GUARDED_BY(mu_) = 0;
+  int chunk_epochs_ TETHER_GUARDED_BY(mu_) = 0;
 };
 
 // Shard 0's coordinator, wired to shard 0 (`shard`, which must outlive it):

@@ -48,17 +48,38 @@ Dashboard::Dashboard(boost::asio::io_context& io, DashboardOptions options,
       shard_(shard),
       coordinator_(coordinator),
       monitor_(shard->settings()),
-      http_(
-          io, options_.http, "/ws",
-          [this](const HttpRequest& r) { return Handle(r); },
-          [this] { return monitor_.Snapshot(); }),
       timer_(boost::asio::make_strand(io)) {}
 
+std::shared_ptr<Dashboard> Dashboard::Create(boost::asio::io_context& io,
+                                             DashboardOptions options,
+                                             Shard* shard,
+                                             Coordinator* coordinator) {
+  std::shared_ptr<Dashboard> d(
+      new Dashboard(io, std::move(options), shard, coordinator));
+  std::weak_ptr<Dashboard> weak = d;
+  d->http_ = std::make_unique<HttpServer>(
+      io, d->options_.http, "/ws",
+      [weak](const HttpRequest& r) {
+        if (auto self = weak.lock()) return self->Handle(r);
+        return HttpResponse{503, "text/plain", "the dashboard stopped\n", "",
+                            ""};
+      },
+      [weak] {
+        WsMessage greeting;
+        if (auto self = weak.lock()) {
+          greeting.text =
+              self->monitor_.Snapshot(Monitor::Now(), &greeting.seq);
+        }
+        return greeting;
+      });
+  return d;
+}
+
 Dashboard::~Dashboard() {
-  // Not Stop(): what it posts would outlive this object. Destroying the
-  // timer cancels its wait, whose handler then touches nothing.
+  // Destroying the timer cancels its wait; a handler already queued finds
+  // its weak pointer expired.
   stopped_ = true;
-  http_.Stop();
+  http_->Stop();
 }
 
 Status Dashboard::Start() {
@@ -69,19 +90,19 @@ Status Dashboard::Start() {
     TETHER_LOG(kInfo) << "dashboard: POST endpoints need the token in "
                       << options_.token_file;
   }
-  TETHER_RETURN_IF_ERROR(http_.Bind());
+  TETHER_RETURN_IF_ERROR(http_->Bind());
   TETHER_RETURN_IF_ERROR(CheckExposure());
-  http_.Start();
+  http_->Start();
   Tick();  // the first figures, before anyone asks
   return Status::Ok();
 }
 
 Status Dashboard::CheckExposure() const {
-  if (http_.loopback()) return Status::Ok();
+  if (http_->loopback()) return Status::Ok();
   // As a shard's --listen needs --auth-key-file: serving beyond this host
   // is a choice the operator states.
   if (!token_.empty()) {
-    TETHER_LOG(kInfo) << "dashboard: " << http_.address()
+    TETHER_LOG(kInfo) << "dashboard: " << http_->address()
                       << " is not loopback: anyone who reaches it can read "
                          "the run; POST endpoints need the token";
     return Status::Ok();
@@ -95,31 +116,38 @@ Status Dashboard::CheckExposure() const {
   }
   TETHER_LOG(kWarning) << "dashboard: no --http-token-file (--insecure): "
                           "anyone who reaches "
-                       << http_.address() << " can read the run";
+                       << http_->address() << " can read the run";
   return Status::Ok();
 }
 
-std::string Dashboard::url() const { return "http://" + http_.address() + "/"; }
+std::string Dashboard::url() const {
+  return "http://" + http_->address() + "/";
+}
 
 void Dashboard::Stop() {
   if (stopped_.exchange(true)) return;
-  boost::asio::post(timer_.get_executor(), [this] { timer_.cancel(); });
-  http_.Stop();
+  boost::asio::post(timer_.get_executor(),
+                    [self = shared_from_this()] { self->timer_.cancel(); });
+  http_->Stop();
 }
 
 void Dashboard::ScheduleTick() {
   if (stopped_) return;
   timer_.expires_after(std::chrono::milliseconds(options_.interval_ms));
-  timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) Tick();
-  });
+  timer_.async_wait(
+      [weak = weak_from_this()](const boost::system::error_code& ec) {
+        auto self = weak.lock();
+        if (self && !ec) self->Tick();
+      });
 }
 
 void Dashboard::Tick() {
   monitor_.OnShardStats(shard_->Stats());
-  monitor_.SetDashboardClients(http_.websocket_clients(),
-                               http_.dropped_clients());
-  http_.Publish([this] { return monitor_.Tick(); });
+  monitor_.SetDashboardClients(http_->websocket_clients(),
+                               http_->dropped_clients());
+  WsMessage update;
+  update.text = monitor_.Tick(Monitor::Now(), &update.seq);
+  http_->Publish(std::move(update));
   ScheduleTick();
 }
 

@@ -22,12 +22,15 @@
 
 namespace tether {
 
-class Dashboard {
+class Dashboard : public std::enable_shared_from_this<Dashboard> {
  public:
-  // `shard` and `coordinator` (shard 0's) must outlive the dashboard;
-  // destroy it once no thread runs `io` (or after Stop() has run there).
-  Dashboard(boost::asio::io_context& io, DashboardOptions options, Shard* shard,
-            Coordinator* coordinator);
+  // `shard` and `coordinator` (shard 0's) must outlive the dashboard. Its
+  // timer and HTTP handlers hold it by weak pointer: one that runs after
+  // the last owner let go does nothing.
+  static std::shared_ptr<Dashboard> Create(boost::asio::io_context& io,
+                                           DashboardOptions options,
+                                           Shard* shard,
+                                           Coordinator* coordinator);
   ~Dashboard();
 
   // Binds --http and starts the updates; kUnavailable naming the address.
@@ -43,6 +46,8 @@ class Dashboard {
   HttpResponse Handle(const HttpRequest& request);
 
  private:
+  Dashboard(boost::asio::io_context& io, DashboardOptions options, Shard* shard,
+            Coordinator* coordinator);
   void ScheduleTick();
   void Tick();
   HttpResponse CheckpointNow();
@@ -58,8 +63,8 @@ class Dashboard {
   Shard* const shard_;
   Coordinator* const coordinator_;
   Monitor monitor_;
-  std::string token_;  // for POST endpoints; empty: they are off
-  HttpServer http_;
+  std::string token_;                 // for POST endpoints; empty: they are off
+  std::unique_ptr<HttpServer> http_;  // made by Create
   boost::asio::steady_timer timer_;
   std::atomic<bool> stopped_{false};
 };

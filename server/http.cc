@@ -9,13 +9,13 @@
 #include <boost/beast/websocket.hpp>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "schema/connection.h"
 #include "schema/flags.h"
 #include "schema/log.h"
+#include "schema/mutex.h"
 
 namespace tether {
 namespace asio = boost::asio;
@@ -69,9 +69,9 @@ class Places {
   // client (or of anyone, for the global cap) is logged; the next only
   // once it has fallen back under the cap.
   std::unique_ptr<Slot> Take(const asio::ip::address& address,
-                             std::string* refusal) {
+                             std::string* refusal) TETHER_EXCLUDES(mu_) {
     const asio::ip::address client = ClientOf(address);
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     if (total_ >= max_total_) {
       if (!warned_total_) {
         warned_total_ = true;
@@ -102,8 +102,8 @@ class Places {
 
  private:
   friend class Slot;
-  void GiveBack(const asio::ip::address& client) {
-    std::lock_guard lock(mu_);
+  void GiveBack(const asio::ip::address& client) TETHER_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     --total_;
     if (total_ < max_total_) warned_total_ = false;
     auto it = by_client_.find(client);
@@ -118,10 +118,11 @@ class Places {
   };
   const int max_total_;
   const int max_per_client_;
-  std::mutex mu_;  // guards the rest
-  int total_ = 0;
-  bool warned_total_ = false;
-  std::map<asio::ip::address, Count> by_client_;  // only clients with some
+  Mutex mu_;
+  int total_ TETHER_GUARDED_BY(mu_) = 0;
+  bool warned_total_ TETHER_GUARDED_BY(mu_) = false;
+  // Only clients with some.
+  std::map<asio::ip::address, Count> by_client_ TETHER_GUARDED_BY(mu_);
 };
 
 Slot::~Slot() { places_->GiveBack(client_); }
@@ -196,8 +197,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
         places(options) {}
 
   void DoAccept();
-  void Track(const std::shared_ptr<Closable>& c) {
-    std::lock_guard lock(mu);
+  void Track(const std::shared_ptr<Closable>& c) TETHER_EXCLUDES(mu) {
+    MutexLock lock(&mu);
     std::erase_if(open, [](auto& w) { return w.expired(); });
     open.push_back(c);
   }
@@ -214,10 +215,10 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   std::atomic<uint64_t> dropped{0};
   std::atomic<bool> stopped{false};
 
-  std::mutex mu;  // guards open and websockets; held while publishing
-  std::vector<std::weak_ptr<Closable>> open;
+  mutable Mutex mu;
+  std::vector<std::weak_ptr<Closable>> open TETHER_GUARDED_BY(mu);
   class WebSocketSession;
-  std::vector<std::weak_ptr<WebSocketSession>> websockets;
+  std::vector<std::weak_ptr<WebSocketSession>> websockets TETHER_GUARDED_BY(mu);
 };
 
 // A WebSocket client: its greeting, then every published message, in
@@ -253,11 +254,12 @@ class HttpServer::Impl::WebSocketSession
                      });
   }
 
-  // Any thread; the message goes out in the order of Send calls.
-  void Send(std::shared_ptr<const std::string> message) {
-    asio::post(ws_.get_executor(), [self = shared_from_this(),
+  // Any thread; the message goes out in the order of Send calls, unless
+  // the greeting covered it (`seq` is not after the greeting's).
+  void Send(std::shared_ptr<const std::string> message, uint64_t seq) {
+    asio::post(ws_.get_executor(), [self = shared_from_this(), seq,
                                     message = std::move(message)]() mutable {
-      self->Enqueue(std::move(message));
+      if (seq > self->greeted_seq_) self->Enqueue(std::move(message));
     });
   }
 
@@ -271,14 +273,19 @@ class HttpServer::Impl::WebSocketSession
   void OnAccept(beast::error_code ec) {
     if (ec) return Fail("handshake: " + ec.message(), LevelFor(ec));
     {
-      std::lock_guard lock(server_->mu);
+      MutexLock lock(&server_->mu);
       if (server_->stopped) {
         return Fail("closed: the server stops", LogLevel::kDebug);
       }
-      Enqueue(std::make_shared<const std::string>(server_->greeting()));
       std::erase_if(server_->websockets, [](auto& w) { return w.expired(); });
       server_->websockets.push_back(shared_from_this());
     }
+    // Built after joining the list, without the lock: a message published
+    // from now on is either covered by the greeting (and skipped) or newer.
+    // Sends wait on this strand, so the greeting goes first.
+    WsMessage greeting = server_->greeting();
+    greeted_seq_ = greeting.seq;
+    Enqueue(std::make_shared<const std::string>(std::move(greeting.text)));
     DoRead();
   }
 
@@ -348,6 +355,7 @@ class HttpServer::Impl::WebSocketSession
   beast::flat_buffer in_;
   std::deque<std::shared_ptr<const std::string>> queue_;  // on the strand
   bool closed_ = false;                                   // on the strand
+  uint64_t greeted_seq_ = 0;                              // on the strand
   std::string peer_ = [this] {
     beast::error_code ec;
     auto ep = beast::get_lowest_layer(ws_).socket().remote_endpoint(ec);
@@ -555,21 +563,24 @@ std::string HttpServer::address() const { return impl_->address; }
 
 bool HttpServer::loopback() const { return impl_->loopback; }
 
-void HttpServer::Publish(const std::function<std::string()>& make) {
-  std::lock_guard lock(impl_->mu);
-  std::erase_if(impl_->websockets, [](auto& w) { return w.expired(); });
-  if (impl_->websockets.empty()) {
-    make();  // the caller's bookkeeping still happens
-    return;
+void HttpServer::Publish(WsMessage message) {
+  // As Beast's broadcast example: the list is copied under the lock, the
+  // messages are sent without it.
+  std::vector<std::shared_ptr<Impl::WebSocketSession>> clients;
+  {
+    MutexLock lock(&impl_->mu);
+    std::erase_if(impl_->websockets, [](auto& w) { return w.expired(); });
+    for (auto& weak : impl_->websockets) {
+      if (auto ws = weak.lock()) clients.push_back(std::move(ws));
+    }
   }
-  auto message = std::make_shared<const std::string>(make());
-  for (auto& weak : impl_->websockets) {
-    if (auto ws = weak.lock()) ws->Send(message);
-  }
+  if (clients.empty()) return;
+  auto text = std::make_shared<const std::string>(std::move(message.text));
+  for (auto& ws : clients) ws->Send(text, message.seq);
 }
 
 size_t HttpServer::websocket_clients() const {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(&impl_->mu);
   size_t n = 0;
   for (auto& w : impl_->websockets) n += !w.expired();
   return n;
@@ -585,7 +596,7 @@ void HttpServer::Stop() {
   });
   std::vector<std::shared_ptr<Closable>> open;
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(&impl_->mu);
     for (auto& w : impl_->open) {
       if (auto c = w.lock()) open.push_back(std::move(c));
     }

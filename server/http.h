@@ -60,11 +60,19 @@ ParsedRequest ParseHttpRequest(std::string_view bytes,
 // (anything else becomes '?'), cut to 120 bytes.
 std::string ForLog(std::string_view text);
 
+// A message to WebSocket clients, numbered: a greeting numbered g stands
+// for every published message up to g, so a client greeted with g skips
+// the published ones numbered g or less.
+struct WsMessage {
+  uint64_t seq = 0;
+  std::string text;
+};
+
 class HttpServer {
  public:
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
   // Builds the first message a new WebSocket client receives.
-  using Greeting = std::function<std::string()>;
+  using Greeting = std::function<WsMessage()>;
 
   // `handler` answers every plain request; `greeting` every new WebSocket
   // client on `websocket_path`. Both run on I/O threads, concurrently.
@@ -82,10 +90,11 @@ class HttpServer {
   // Whether the bound address is a loopback one; after Bind().
   bool loopback() const;
 
-  // Sends the message `make()` builds to every WebSocket client. `make`
-  // runs under the lock that also covers greeting a new client, so each
-  // client sees its greeting and then every later message, none twice.
-  void Publish(const std::function<std::string()>& make);
+  // Sends `message` to every WebSocket client whose greeting it is newer
+  // than, so each client sees its greeting and then every later message,
+  // none twice. From one thread at a time, with increasing numbers. Built
+  // by the caller: the server's lock covers only copying its client list.
+  void Publish(WsMessage message);
 
   size_t websocket_clients() const;
   uint64_t dropped_clients() const;  // fell behind, or a write timed out

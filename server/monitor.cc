@@ -107,7 +107,7 @@ Monitor::Monitor(RunSettings settings, MonitorOptions options)
     : state_(std::move(settings), options, Now(), UnixMs()) {}
 
 void Monitor::OnShardStats(const ShardStats& stats, TimePoint now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (stats.shard_id < 0 ||
       stats.shard_id >= static_cast<int>(state_.shards.size())) {
     return;
@@ -145,7 +145,7 @@ void Monitor::OnShardStats(const ShardStats& stats, TimePoint now) {
 }
 
 void Monitor::OnShardRound(const ShardRound& written) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   const double t = state_.Seconds(Now());
   MonitorState::Round& round = state_.rounds[written.round];
   // Rounds are few (one every --checkpoint-every clocks); keep the last 50.
@@ -179,7 +179,7 @@ void Monitor::OnShardRound(const ShardRound& written) {
 }
 
 void Monitor::OnRoundComplete(int64_t round, uint64_t bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   MonitorState::Round& view = state_.rounds[round];
   view.status = "complete";
   view.bytes = bytes;
@@ -200,12 +200,12 @@ void Monitor::OnRoundComplete(int64_t round, uint64_t bytes) {
 }
 
 void Monitor::SetCheckpointsEnabled(bool enabled) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   state_.checkpoints_enabled = enabled;
 }
 
 void Monitor::OnRunStopped(const std::string& event) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   state_.stopped = true;
   // The coordinator logs the stop when it tells the workers.
   AddEventLocked(state_.Seconds(Now()), "warning", event,
@@ -213,7 +213,7 @@ void Monitor::OnRunStopped(const std::string& event) {
 }
 
 void Monitor::OnResumed(int64_t round) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   state_.settings.resume_round = round;
   state_.config_changed = true;
   AddEventLocked(state_.Seconds(Now()), "info",
@@ -222,7 +222,7 @@ void Monitor::OnResumed(int64_t round) {
 }
 
 void Monitor::SetDashboardClients(size_t clients, uint64_t dropped) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   state_.dashboard_clients = clients;
   state_.dashboard_dropped = dropped;
 }
@@ -388,8 +388,10 @@ void Monitor::MaybeAddPointLocked(double t) {
   }
 }
 
-std::string Monitor::Tick(TimePoint now) {
-  std::lock_guard lock(mu_);
+std::string Monitor::Tick(TimePoint now, uint64_t* seq) {
+  MutexLock lock(&mu_);
+  ++ticks_;
+  if (seq != nullptr) *seq = ticks_;
   const double t = state_.Seconds(now);
   for (size_t i = 1; i < state_.shards.size(); ++i) {
     MonitorState::Shard& shard = state_.shards[i];
@@ -407,26 +409,27 @@ std::string Monitor::Tick(TimePoint now) {
   return out;
 }
 
-std::string Monitor::Snapshot(TimePoint now) {
-  std::lock_guard lock(mu_);
+std::string Monitor::Snapshot(TimePoint now, uint64_t* seq) {
+  MutexLock lock(&mu_);
+  if (seq != nullptr) *seq = ticks_;
   return JsonText(SnapshotJson(state_, now));
 }
 
 std::optional<std::string> Monitor::Document(std::string_view name,
                                              TimePoint now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::optional<json::value> document = DocumentJson(state_, name, now);
   if (!document) return std::nullopt;
   return JsonText(*document);
 }
 
 std::string Monitor::Metrics(TimePoint now) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return MetricsText(state_, now);
 }
 
 void Monitor::OnShardCommand(int shard_id, std::string command) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (shard_id < 0 || shard_id >= state_.settings.num_shards) return;
   if (command.size() > kMaxCommandBytes) {
     command = "# a command line of " + std::to_string(command.size()) +
@@ -438,7 +441,7 @@ void Monitor::OnShardCommand(int shard_id, std::string command) {
 }
 
 void Monitor::OnWorkerCommand(int rank, std::string command) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (rank < 0 || rank >= state_.settings.num_workers) return;
   if (command.size() > kMaxCommandBytes) {
     command = "# a command line of " + std::to_string(command.size()) +

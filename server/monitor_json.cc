@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "schema/flags.h"
 #include "server/reproduce.h"
+#include "server/settings_fields.h"
 
 namespace tether {
 namespace json = boost::json;
@@ -59,6 +61,25 @@ json::array CommandsJson(const std::vector<ProcessCommand>& commands) {
     out.push_back(std::move(entry));
   }
   return out;
+}
+
+// The run's settings as the dashboard shows them: flat, each under its
+// DashboardKey (server/settings_fields.h), floats as the decimals typed, the
+// optimizer by name.
+json::object SettingsJson(const RunSettings& s) {
+  json::object o;
+  ForEachSetting(s, [&o](const SettingField& field, const auto& value) {
+    if (field.Has(kWelcomeOnly)) return;
+    using T = std::remove_cvref_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, float>) {
+      o[DashboardKey(field)] = Decimal(value);
+    } else if constexpr (std::is_same_v<T, OptimizerKind>) {
+      o[DashboardKey(field)] = OptimizerName(value);
+    } else {
+      o[DashboardKey(field)] = value;
+    }
+  });
+  return o;
 }
 
 json::object SeedsJson(const RunSettings& s) {
@@ -243,28 +264,8 @@ json::object CheckpointsJson(const MonitorState& state) {
 
 json::object ConfigJson(const MonitorState& state) {
   const RunSettings& s = state.settings;
-  json::object o;
-  o["run_id"] = s.run_id;
-  o["seed"] = s.seed;
-  o["shards"] = s.num_shards;
-  o["keep_checkpoints"] = s.keep_checkpoints;
-  o["workers"] = s.num_workers;
-  o["max_staleness"] = s.max_staleness;
-  o["reject_staleness"] = s.reject_staleness;
-  o["block_size"] = s.block_size;
-  o["checkpoint_every"] = s.checkpoint_every;
+  json::object o = SettingsJson(s);
   o["checkpoints_enabled"] = state.checkpoints_enabled;
-  o["resume_round"] = s.resume_round;
-  o["optimizer"] = OptimizerName(s.optimizer.kind);
-  o["lr"] = Decimal(s.optimizer.lr);
-  o["momentum"] = Decimal(s.optimizer.momentum);
-  o["beta1"] = Decimal(s.optimizer.beta1);
-  o["beta2"] = Decimal(s.optimizer.beta2);
-  o["epsilon"] = Decimal(s.optimizer.epsilon);
-  o["worker_timeout_ms"] = s.worker_timeout_ms;
-  o["heartbeat_ms"] = s.heartbeat_ms;
-  o["backup_workers"] = s.backup_workers;
-  o["staleness_lr"] = s.staleness_lr;
   o["seeds"] = SeedsJson(s);
   const std::vector<ProcessCommand> commands = Commands(state);
   o["commands"] = CommandsJson(commands);

@@ -29,29 +29,6 @@ TETHER_VECTOR_CLONES bool AllFinite(std::span<const float> values) {
   return bad == 0;
 }
 
-Result<OptimizerKind> ParseOptimizerKind(const std::string& name) {
-  if (name == "sgd") return OptimizerKind::kSgd;
-  if (name == "momentum") return OptimizerKind::kMomentum;
-  if (name == "adagrad") return OptimizerKind::kAdaGrad;
-  if (name == "adam") return OptimizerKind::kAdam;
-  return InvalidArgument("--optimizer: unknown optimizer '" + name +
-                         "' (expected sgd, momentum, adagrad or adam)");
-}
-
-const char* OptimizerName(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd:
-      return "sgd";
-    case OptimizerKind::kMomentum:
-      return "momentum";
-    case OptimizerKind::kAdaGrad:
-      return "adagrad";
-    case OptimizerKind::kAdam:
-      return "adam";
-  }
-  return "unknown";
-}
-
 int Optimizer::slots_per_weight() const {
   switch (options_.kind) {
     case OptimizerKind::kSgd:

@@ -6,6 +6,7 @@
 // only the spans it is given.
 #pragma once
 
+#include <boost/describe/class.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -25,8 +26,30 @@ size_t FirstNonFinite(std::span<const float> values);
 enum class OptimizerKind { kSgd, kMomentum, kAdaGrad, kAdam };
 
 // "sgd", "momentum", "adagrad" or "adam" -> kind; kInvalidArgument otherwise.
-Result<OptimizerKind> ParseOptimizerKind(const std::string& name);
-const char* OptimizerName(OptimizerKind kind);
+// Inline, with OptimizerName, so that tools that parse the run's flags
+// (tether-up) need not link the server.
+inline Result<OptimizerKind> ParseOptimizerKind(const std::string& name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "momentum") return OptimizerKind::kMomentum;
+  if (name == "adagrad") return OptimizerKind::kAdaGrad;
+  if (name == "adam") return OptimizerKind::kAdam;
+  return InvalidArgument("--optimizer: unknown optimizer '" + name +
+                         "' (expected sgd, momentum, adagrad or adam)");
+}
+
+inline const char* OptimizerName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kMomentum:
+      return "momentum";
+    case OptimizerKind::kAdaGrad:
+      return "adagrad";
+    case OptimizerKind::kAdam:
+      return "adam";
+  }
+  return "unknown";
+}
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kSgd;
@@ -36,6 +59,9 @@ struct OptimizerOptions {
   float beta2 = 0.999f;   // adam
   float epsilon = 1e-8f;  // adagrad, adam
 };
+// Every member, for server/settings_fields.h (which says what each is).
+BOOST_DESCRIBE_STRUCT(OptimizerOptions, (),
+                      (kind, lr, momentum, beta1, beta2, epsilon))
 
 class Optimizer {
  public:

@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include "server/settings_fields.h"
+
 namespace tether {
 namespace {
 
@@ -11,28 +13,10 @@ constexpr const char* kSummary =
     "settings (--workers, --max-staleness, --reject-staleness, --block-size,\n"
     "--seed and the optimizer flags), which other shards take from it.";
 
-// The flags other shards take from the coordinator instead.
-constexpr const char* kRunWide[] = {"workers",
-                                    "max-staleness",
-                                    "reject-staleness",
-                                    "block-size",
-                                    "seed",
-                                    "optimizer",
-                                    "lr",
-                                    "momentum",
-                                    "beta1",
-                                    "beta2",
-                                    "epsilon",
-                                    "worker-timeout-ms",
-                                    "heartbeat-ms",
-                                    "backup-workers",
-                                    "staleness-lr",
-                                    "keep-checkpoints"};
-
 // Binds every flag to its field; shared by parsing and usage.
-void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
+void Bind(FlagParser& p, ServerOptions& o) {
   p.AddInt("shard-id", &o.shard_id, "this shard's index, 0..shards-1");
-  p.AddInt("shards", &o.shards, "number of shards in the run");
+  BindSettingFlags(p, &o.run, [](const SettingField&) { return true; });
   p.AddString("listen", &o.listen,
               "HOST:PORT to accept workers on (port 0: any free port)");
   p.AddString("advertise", &o.advertise,
@@ -41,35 +25,6 @@ void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
               "HOST:PORT of shard 0 (required for shards > 0)");
   p.AddString("data-dir", &o.data_dir,
               "directory for this shard's checkpoints");
-  p.AddInt("workers", &o.workers,
-           "workers that must join before training starts");
-  p.AddInt("max-staleness", &o.max_staleness,
-           "cap on the staleness bound workers may ask for; -1: no cap");
-  p.AddInt("reject-staleness", &o.reject_staleness,
-           "reject pushes staler than this many clocks; -1: never");
-  p.AddInt("block-size", &o.block_size, "floats per dense block");
-  p.AddUint64("seed", &o.seed, "run seed from which every other seed derives");
-  p.AddString("optimizer", &optimizer, "sgd, momentum, adagrad or adam");
-  p.AddFloat("lr", &o.optimizer.lr, "learning rate");
-  p.AddFloat("momentum", &o.optimizer.momentum, "momentum coefficient");
-  p.AddFloat("beta1", &o.optimizer.beta1, "Adam beta1");
-  p.AddFloat("beta2", &o.optimizer.beta2, "Adam beta2");
-  p.AddFloat("epsilon", &o.optimizer.epsilon, "AdaGrad/Adam epsilon");
-  p.AddInt64("checkpoint-every", &o.checkpoint_every,
-             "write a checkpoint round every K clocks into --data-dir; 0: "
-             "never");
-  p.AddInt("worker-timeout-ms", &o.worker_timeout_ms,
-           "a worker silent this long is evicted: it no longer holds back "
-           "the others; 0: never");
-  p.AddInt("heartbeat-ms", &o.heartbeat_ms,
-           "how often workers send heartbeats to every shard");
-  p.AddInt("backup-workers", &o.backup_workers,
-           "BSP: a clock closes when all but this many live workers have "
-           "finished it; later pushes for it are dropped and counted");
-  p.AddBool("staleness-lr", &o.staleness_lr,
-            "scale each push's learning rate by 1 / (1 + its staleness)");
-  p.AddInt("keep-checkpoints", &o.keep_checkpoints,
-           "complete rounds to keep; older ones are deleted");
   p.AddString("resume", &o.resume,
               "resume every shard from a complete round: latest or a round "
               "number (shard 0; other shards follow it)");
@@ -133,10 +88,12 @@ void Bind(FlagParser& p, ServerOptions& o, std::string& optimizer) {
 }
 
 Status Check(const ServerOptions& o, const FlagParser& p) {
-  if (o.shards < 1) return InvalidArgument("--shards: must be at least 1");
-  if (o.shard_id < 0 || o.shard_id >= o.shards) {
+  if (o.run.num_shards < 1)
+    return InvalidArgument("--shards: must be at least 1");
+  if (o.shard_id < 0 || o.shard_id >= o.run.num_shards) {
     return InvalidArgument("--shard-id: " + std::to_string(o.shard_id) +
-                           " is not in 0.." + std::to_string(o.shards - 1));
+                           " is not in 0.." +
+                           std::to_string(o.run.num_shards - 1));
   }
   if (auto hp = ParseHostPort(o.listen, "--listen", true); !hp.ok()) {
     return hp.status();
@@ -158,41 +115,43 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
     if (auto hp = ParseHostPort(o.coordinator, "--coordinator"); !hp.ok()) {
       return hp.status();
     }
-    for (const char* name : kRunWide) {
-      if (p.WasSet(name)) {
-        return InvalidArgument(std::string("--") + name +
+    for (const SettingField& f : kSettingFields) {
+      if (!f.Has(kAnyShard) && p.WasSet(std::string(f.flag))) {
+        return InvalidArgument("--" + std::string(f.flag) +
                                ": run-wide setting; give it to shard 0 only");
       }
     }
   }
-  if (o.workers < 0) return InvalidArgument("--workers: must be >= 0");
-  if (o.max_staleness < -1) {
+  if (o.run.num_workers < 0) return InvalidArgument("--workers: must be >= 0");
+  if (o.run.max_staleness < -1) {
     return InvalidArgument("--max-staleness: must be >= -1");
   }
-  if (o.reject_staleness < -1) {
+  if (o.run.reject_staleness < -1) {
     return InvalidArgument("--reject-staleness: must be >= -1");
   }
-  if (o.block_size < 1) return InvalidArgument("--block-size: must be >= 1");
-  if (o.worker_timeout_ms < 0) {
+  if (o.run.block_size < 1)
+    return InvalidArgument("--block-size: must be >= 1");
+  if (o.run.worker_timeout_ms < 0) {
     return InvalidArgument("--worker-timeout-ms: must be >= 0");
   }
-  if (o.heartbeat_ms < 10) {
+  if (o.run.heartbeat_ms < 10) {
     return InvalidArgument("--heartbeat-ms: must be >= 10");
   }
-  if (o.worker_timeout_ms > 0 && o.worker_timeout_ms < 2 * o.heartbeat_ms) {
+  if (o.run.worker_timeout_ms > 0 &&
+      o.run.worker_timeout_ms < 2 * o.run.heartbeat_ms) {
     return InvalidArgument(
         "--worker-timeout-ms: must be at least twice --heartbeat-ms (" +
-        std::to_string(o.heartbeat_ms) + ")");
+        std::to_string(o.run.heartbeat_ms) + ")");
   }
-  if (o.backup_workers < 0 ||
-      (o.workers > 0 && o.backup_workers >= o.workers)) {
+  if (o.run.backup_workers < 0 ||
+      (o.run.num_workers > 0 && o.run.backup_workers >= o.run.num_workers)) {
     return InvalidArgument("--backup-workers: must be in 0..workers-1");
   }
-  if (!(o.optimizer.lr > 0)) return InvalidArgument("--lr: must be > 0");
-  if (o.checkpoint_every < 0) {
+  if (!(o.run.optimizer.lr > 0)) return InvalidArgument("--lr: must be > 0");
+  if (o.run.checkpoint_every < 0) {
     return InvalidArgument("--checkpoint-every: must be >= 0");
   }
-  if (o.keep_checkpoints < 1) {
+  if (o.run.keep_checkpoints < 1) {
     return InvalidArgument("--keep-checkpoints: must be >= 1");
   }
   if (!o.resume.empty() && o.resume != "latest") {
@@ -205,7 +164,7 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
           o.resume + "'");
     }
   }
-  if ((o.checkpoint_every > 0 || !o.resume.empty()) && o.data_dir.empty() &&
+  if ((o.run.checkpoint_every > 0 || !o.resume.empty()) && o.data_dir.empty() &&
       o.shard_id == 0) {
     return InvalidArgument(
         "--data-dir: required with --checkpoint-every or --resume");
@@ -245,7 +204,7 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
     return InvalidArgument("--handshake-timeout-ms: must be >= 100");
   }
   if (o.idle_timeout_ms < 0 ||
-      (o.idle_timeout_ms > 0 && o.idle_timeout_ms < 2 * o.heartbeat_ms)) {
+      (o.idle_timeout_ms > 0 && o.idle_timeout_ms < 2 * o.run.heartbeat_ms)) {
     return InvalidArgument(
         "--idle-timeout-ms: must be 0 or at least twice --heartbeat-ms");
   }
@@ -264,18 +223,16 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
 
 std::string ServerUsage() {
   ServerOptions o;
-  std::string optimizer = OptimizerName(o.optimizer.kind);
   FlagParser p("tether-server", kSummary);
-  Bind(p, o, optimizer);
+  Bind(p, o);
   return p.Usage();
 }
 
 Result<ServerOptions> ParseServerOptions(int argc, const char* const* argv,
                                          bool* help) {
   ServerOptions o;
-  std::string optimizer = OptimizerName(o.optimizer.kind);
   FlagParser p("tether-server", kSummary);
-  Bind(p, o, optimizer);
+  Bind(p, o);
   TETHER_RETURN_IF_ERROR(p.Parse(argc, argv));
   *help = p.help_requested();
   if (*help) return o;
@@ -283,13 +240,11 @@ Result<ServerOptions> ParseServerOptions(int argc, const char* const* argv,
     return InvalidArgument("unexpected argument '" + p.positional().front() +
                            "' (flags start with --)");
   }
-  TETHER_ASSIGN_OR_RETURN(auto kind, ParseOptimizerKind(optimizer));
-  o.optimizer.kind = kind;
   TETHER_RETURN_IF_ERROR(Check(o, p));
-  for (const char* name : kRunWide) {
-    if (p.WasSet(name)) o.given.insert(name);
+  for (const SettingField& f : kSettingFields) {
+    const std::string flag(f.flag);
+    if (!flag.empty() && p.WasSet(flag)) o.given.insert(flag);
   }
-  if (p.WasSet("shards")) o.given.insert("shards");
   o.http_enabled = o.dashboard.http.listen != "off";
   o.dashboard.insecure = o.insecure;
   return o;

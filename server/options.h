@@ -11,30 +11,22 @@
 #include "schema/status.h"
 #include "server/http_options.h"
 #include "server/optimizer.h"
+#include "server/run_settings.h"
 
 namespace tether {
 
 struct ServerOptions {
   int shard_id = 0;                       // --shard-id: 0 is the coordinator
-  int shards = 1;                         // --shards: shards in the run
   std::string listen = "127.0.0.1:7070";  // --listen: port 0 picks a free one
   std::string advertise;                  // --advertise: address workers dial
   std::string coordinator;                // --coordinator: shard 0 (shards > 0)
   std::string data_dir;                   // --data-dir: checkpoints
-  int workers = 1;                        // --workers: workers to wait for
-  int max_staleness = -1;                 // --max-staleness: cap, -1 none
-  int reject_staleness = -1;              // --reject-staleness: -1 never
-  int block_size = 65536;                 // --block-size: floats per block
-  uint64_t seed = 1;                      // --seed: the run seed
-  OptimizerOptions optimizer;             // --optimizer --lr --momentum ...
-  int64_t checkpoint_every = 0;           // --checkpoint-every: clocks; 0 never
-  int worker_timeout_ms = 10000;          // --worker-timeout-ms: 0 never
-  int heartbeat_ms = 1000;                // --heartbeat-ms
-  int backup_workers = 0;                 // --backup-workers
-  bool staleness_lr = false;              // --staleness-lr
-  int keep_checkpoints = 3;               // --keep-checkpoints: rounds kept
-  std::string resume;                     // --resume: latest or a round number
-  int threads = 2;                        // --threads: I/O threads
+  // The run-wide settings (run_id empty): --shards, --workers, --seed, the
+  // optimizer flags, ... (server/settings_fields.h). Other shards take all
+  // but --shards from the coordinator.
+  RunSettings run;
+  std::string resume;  // --resume: latest or a round number
+  int threads = 2;     // --threads: I/O threads
   // --ready-file: once listening (and the dashboard serving), this JSON
   // file is written whole (README, "tether-server flags"); empty: none.
   std::string ready_file;
@@ -60,8 +52,8 @@ struct ServerOptions {
   // by main(), for the dashboard's list of the run's processes; empty when
   // not started from one (tests).
   std::vector<std::string> argv;
-  // The run-wide flags given on the command line (names without "--",
-  // "shards" included): a resumed run takes the others from its round.
+  // The run-wide flags given on the command line (names without "--"): a
+  // resumed run takes the others from its round.
   std::set<std::string> given;
 };
 

@@ -418,6 +418,12 @@ std::shared_ptr<float[]> ParamStore::TakeSpare(size_t n) {
   for (auto& spare : spares) {
     // One that a frame or snapshot still shares cannot be written.
     if (spare.use_count() == 1) {
+      // use_count() is a relaxed read: it does not order the writes to come
+      // after the last reader's (a reply's send on another thread). Copying
+      // and dropping the pointer does: the drop's decrement is an acquire on
+      // the count that reader released. (A fence would too, but
+      // ThreadSanitizer cannot see fences.)
+      { std::shared_ptr<float[]> acquire = spare; }
       std::shared_ptr<float[]> taken = std::move(spare);
       std::swap(spare, spares.back());
       spares.pop_back();

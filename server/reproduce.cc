@@ -1,43 +1,22 @@
 #include "server/reproduce.h"
 
-#include <set>
+#include <type_traits>
 
 #include "schema/flags.h"
+#include "server/settings_fields.h"
 
 namespace tether {
 namespace {
 
-// Shard 0's run-wide flags from the settings, every one written out so that
+// Shard 0's run-wide flags from the settings, every one written out (but
+// those kOmitAtDefault at their defaults, and bools that are off) so that
 // the copy does not depend on the defaults of another version.
 std::vector<std::string> RunFlags(const RunSettings& s) {
-  std::vector<std::string> out;
-  auto flag = [&out](const char* name, std::string value) {
-    out.push_back(name);
-    out.push_back(std::move(value));
-  };
-  flag("--shard-id", "0");
-  flag("--shards", std::to_string(s.num_shards));
-  flag("--workers", std::to_string(s.num_workers));
-  flag("--seed", std::to_string(s.seed));
-  flag("--max-staleness", std::to_string(s.max_staleness));
-  flag("--reject-staleness", std::to_string(s.reject_staleness));
-  flag("--block-size", std::to_string(s.block_size));
-  flag("--optimizer", OptimizerName(s.optimizer.kind));
-  flag("--lr", NumberText(s.optimizer.lr));
-  flag("--momentum", NumberText(s.optimizer.momentum));
-  flag("--beta1", NumberText(s.optimizer.beta1));
-  flag("--beta2", NumberText(s.optimizer.beta2));
-  flag("--epsilon", NumberText(s.optimizer.epsilon));
-  flag("--worker-timeout-ms", std::to_string(s.worker_timeout_ms));
-  flag("--heartbeat-ms", std::to_string(s.heartbeat_ms));
-  flag("--backup-workers", std::to_string(s.backup_workers));
-  if (s.staleness_lr) out.push_back("--staleness-lr");
-  if (s.checkpoint_every > 0) {
-    flag("--checkpoint-every", std::to_string(s.checkpoint_every));
-  }
-  if (s.checkpoint_every > 0 ||
-      s.keep_checkpoints != RunSettings{}.keep_checkpoints) {
-    flag("--keep-checkpoints", std::to_string(s.keep_checkpoints));
+  std::vector<std::string> out = {"--shard-id", "0"};
+  for (std::string& flag : SettingFlags(
+           s, [](const SettingField&) { return true; },
+           AtDefault::kOmittedWhereMarked)) {
+    out.push_back(std::move(flag));
   }
   return out;
 }
@@ -45,17 +24,20 @@ std::vector<std::string> RunFlags(const RunSettings& s) {
 // Whether RunFlags may write flag `name` (without "--"): shard 0's own
 // value of it gives way to the settings'.
 bool FromSettings(const std::string& name) {
-  static const std::set<std::string> names = [] {
-    RunSettings every;  // one that makes RunFlags write every flag
-    every.staleness_lr = true;
-    every.checkpoint_every = 1;
-    std::set<std::string> out;
-    for (const std::string& word : RunFlags(every)) {
-      if (word.rfind("--", 0) == 0) out.insert(word.substr(2));
+  return name == "shard-id" || FindSettingFlag(name) != nullptr;
+}
+
+// Whether flag `name` (without "--") of argv is a setting's that takes no
+// value.
+bool IsBoolSetting(const std::string& name) {
+  bool is_bool = false;
+  const RunSettings s;
+  ForEachSetting(s, [&](const SettingField& field, const auto& value) {
+    if (field.flag == name) {
+      is_bool = std::is_same_v<std::remove_cvref_t<decltype(value)>, bool>;
     }
-    return out;
-  }();
-  return names.count(name) > 0;
+  });
+  return is_bool;
 }
 
 bool PicksPort(const std::string& listen) {
@@ -99,7 +81,7 @@ std::string ShardCommand(const std::vector<std::string>& argv,
     const size_t eq = word.find('=');
     const std::string name = word.substr(2, eq - 2);
     const bool inline_value = eq != std::string::npos;
-    const bool takes_next = !inline_value && name != "staleness-lr" &&
+    const bool takes_next = !inline_value && !IsBoolSetting(name) &&
                             i + 1 < argv.size() &&
                             argv[i + 1].rfind("--", 0) != 0;
     // A copy starts the run afresh: not from a round.

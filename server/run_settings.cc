@@ -3,29 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
-#include <sstream>
+#include <type_traits>
 
 #include "schema/flags.h"
+#include "server/settings_fields.h"
 
 namespace tether {
-
-RunSettings SettingsFromOptions(const ServerOptions& options) {
-  RunSettings s;
-  s.seed = options.seed;
-  s.num_shards = options.shards;
-  s.num_workers = options.workers;
-  s.max_staleness = options.max_staleness;
-  s.reject_staleness = options.reject_staleness;
-  s.block_size = static_cast<uint32_t>(options.block_size);
-  s.checkpoint_every = options.checkpoint_every;
-  s.optimizer = options.optimizer;
-  s.worker_timeout_ms = options.worker_timeout_ms;
-  s.heartbeat_ms = options.heartbeat_ms;
-  s.backup_workers = options.backup_workers;
-  s.staleness_lr = options.staleness_lr;
-  s.keep_checkpoints = options.keep_checkpoints;
-  return s;
-}
 
 std::string NewRunId() {
   std::random_device random;
@@ -112,38 +95,17 @@ OutFrame MakeWelcomeFrame(const RunSettings& settings, int shard_id, int rank,
   return FinishFrame(fbb, b.Finish());
 }
 
-std::string SettingsMismatch(const RunSettings& a, const RunSettings& b) {
-  auto differs = [](const char* flag, auto x, auto y) {
-    std::ostringstream out;
-    out << flag << " " << x << " in the round, " << y << " now";
-    return out.str();
-  };
-  if (a.num_shards != b.num_shards) {
-    return differs("--shards", a.num_shards, b.num_shards);
-  }
-  if (a.num_workers != b.num_workers) {
-    return differs("--workers", a.num_workers, b.num_workers);
-  }
-  if (a.seed != b.seed) return differs("--seed", a.seed, b.seed);
-  if (a.block_size != b.block_size) {
-    return differs("--block-size", a.block_size, b.block_size);
-  }
-  if (a.optimizer.kind != b.optimizer.kind) {
-    return differs("--optimizer", OptimizerName(a.optimizer.kind),
-                   OptimizerName(b.optimizer.kind));
-  }
-  return "";
-}
-
 namespace {
 
-std::string SettingText(uint64_t v) { return std::to_string(v); }
-std::string SettingText(int64_t v) { return std::to_string(v); }
-std::string SettingText(int v) { return std::to_string(v); }
-std::string SettingText(uint32_t v) { return std::to_string(v); }
-std::string SettingText(float v) { return NumberText(v); }
-std::string SettingText(bool v) { return v ? "on" : "off"; }
-std::string SettingText(OptimizerKind v) { return OptimizerName(v); }
+// A setting as messages say it: SettingText's, but a bool on or off.
+template <typename T>
+std::string Said(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "on" : "off";
+  } else {
+    return SettingText(v);
+  }
+}
 
 // Merges one setting into a resumed run's: the round's value unless the
 // flag was given; a given identity flag that differs is an error.
@@ -154,19 +116,19 @@ class ResumeMerge {
       : given_(given), overridden_(overridden) {}
 
   template <typename T>
-  void operator()(const char* flag, bool identity, T now, T* value) {
+  void operator()(const std::string& flag, bool identity, const T& now,
+                  T* value) {
     if (!error_.empty() || given_.count(flag) == 0 || now == *value) return;
-    const std::string differs = std::string("--") + flag + " " +
-                                SettingText(*value) + " in the round, " +
-                                SettingText(now) + " now";
+    const std::string differs = "--" + flag + " " + Said(*value) +
+                                " in the round, " + Said(now) + " now";
     if (identity) {
       error_ = differs + ": a resumed run keeps it; leave --" + flag +
                " out to take the round's";
       return;
     }
     if (overridden_ != nullptr) {
-      overridden_->push_back(std::string("--") + flag + " " + SettingText(now) +
-                             " now (" + SettingText(*value) + " in the round)");
+      overridden_->push_back("--" + flag + " " + Said(now) + " now (" +
+                             Said(*value) + " in the round)");
     }
     *value = now;
   }
@@ -181,6 +143,17 @@ class ResumeMerge {
 
 }  // namespace
 
+std::string SettingsMismatch(const RunSettings& a, const RunSettings& b) {
+  std::string out;
+  ForEachSettingPair(
+      a, b, [&out](const SettingField& field, const auto& x, const auto& y) {
+        if (!out.empty() || !field.Has(kIdentity) || x == y) return;
+        out = "--" + std::string(field.flag) + " " + Said(x) +
+              " in the round, " + Said(y) + " now";
+      });
+  return out;
+}
+
 Result<RunSettings> ResumedSettings(const RunSettings& round,
                                     const RunSettings& flags,
                                     const std::set<std::string>& given,
@@ -188,25 +161,12 @@ Result<RunSettings> ResumedSettings(const RunSettings& round,
   RunSettings s = round;
   s.shard_restart = false;
   ResumeMerge merge(given, overridden);
-  merge("shards", true, flags.num_shards, &s.num_shards);
-  merge("workers", true, flags.num_workers, &s.num_workers);
-  merge("seed", true, flags.seed, &s.seed);
-  merge("block-size", true, flags.block_size, &s.block_size);
-  merge("optimizer", true, flags.optimizer.kind, &s.optimizer.kind);
-  merge("lr", false, flags.optimizer.lr, &s.optimizer.lr);
-  merge("momentum", false, flags.optimizer.momentum, &s.optimizer.momentum);
-  merge("beta1", false, flags.optimizer.beta1, &s.optimizer.beta1);
-  merge("beta2", false, flags.optimizer.beta2, &s.optimizer.beta2);
-  merge("epsilon", false, flags.optimizer.epsilon, &s.optimizer.epsilon);
-  merge("max-staleness", false, flags.max_staleness, &s.max_staleness);
-  merge("reject-staleness", false, flags.reject_staleness, &s.reject_staleness);
-  merge("checkpoint-every", false, flags.checkpoint_every, &s.checkpoint_every);
-  merge("keep-checkpoints", false, flags.keep_checkpoints, &s.keep_checkpoints);
-  merge("worker-timeout-ms", false, flags.worker_timeout_ms,
-        &s.worker_timeout_ms);
-  merge("heartbeat-ms", false, flags.heartbeat_ms, &s.heartbeat_ms);
-  merge("backup-workers", false, flags.backup_workers, &s.backup_workers);
-  merge("staleness-lr", false, flags.staleness_lr, &s.staleness_lr);
+  ForEachSettingPair(
+      flags, s,
+      [&merge](const SettingField& field, const auto& now, auto& value) {
+        if (field.flag.empty()) return;
+        merge(std::string(field.flag), field.Has(kIdentity), now, &value);
+      });
   if (!merge.error().empty()) return InvalidArgument(merge.error());
   if (s.backup_workers >= s.num_workers && s.num_workers > 0) {
     return InvalidArgument(

@@ -2,45 +2,54 @@
 // worker, and their wire form.
 #pragma once
 
+#include <boost/describe/class.hpp>
 #include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "schema/flags.h"
 #include "schema/frame.h"
 #include "schema/status.h"
 #include "server/optimizer.h"
-#include "server/options.h"
 
 namespace tether {
 
+// What each member is (its flag, whether it is part of the run's identity,
+// ...) is said once, in server/settings_fields.h; flags, a round's JSON, the
+// dashboard's config, the reproduce command line and resuming all follow
+// from it. A new member goes into BOOST_DESCRIBE_STRUCT below and gets a row
+// there; the compiler refuses one that does not.
 struct RunSettings {
   // Names the run: made fresh by shard 0 when a run starts, kept across
   // resumes, stored in every shard's rounds so that a shard never serves
   // another run's (or another shard's) data. "" in rounds written before
   // run ids existed.
   std::string run_id;
-  uint64_t seed = 1;
   int num_shards = 1;
   int num_workers = 1;
+  uint64_t seed = 1;
+  uint32_t block_size = 65536;
+  OptimizerOptions optimizer;
   int max_staleness = -1;     // cap on what workers ask for; -1 none
   int reject_staleness = -1;  // pushes staler than this are refused; -1 never
-  uint32_t block_size = 65536;
-  int64_t checkpoint_every = 0;  // clocks between rounds; 0 never
-  int64_t resume_round = -1;     // the round every shard loads; -1 none
-  int keep_checkpoints = 3;      // complete rounds every shard keeps
-  OptimizerOptions optimizer;
+  int64_t checkpoint_every = 0;   // clocks between rounds; 0 never
+  int keep_checkpoints = 3;       // complete rounds every shard keeps
   int worker_timeout_ms = 10000;  // silent this long: evicted; 0 never
   int heartbeat_ms = 1000;        // workers' heartbeat period
   int backup_workers = 0;         // a clock closes with n - b workers
   bool staleness_lr = false;      // rate scaled by 1 / (1 + staleness)
+  int64_t resume_round = -1;      // the round every shard loads; -1 none
   // Only in the Welcome to a shard that registers again: it was restarted
   // and loads resume_round on its own (the run goes on).
   bool shard_restart = false;
 };
-
-// The settings shard 0 takes from its own flags (run_id left empty).
-RunSettings SettingsFromOptions(const ServerOptions& options);
+BOOST_DESCRIBE_STRUCT(RunSettings, (),
+                      (run_id, num_shards, num_workers, seed, block_size,
+                       optimizer, max_staleness, reject_staleness,
+                       checkpoint_every, keep_checkpoints, worker_timeout_ms,
+                       heartbeat_ms, backup_workers, staleness_lr, resume_round,
+                       shard_restart))
 
 // A fresh run id: 128 random bits as 32 hex digits.
 std::string NewRunId();

@@ -105,7 +105,7 @@ Status Server::Start() {
     Stop();
   });
   if (options_.shard_id == 0) {
-    RunSettings settings = SettingsFromOptions(options_);
+    RunSettings settings = options_.run;
     settings.run_id = NewRunId();
     std::optional<ShardSnapshot> resume_from;
     std::vector<int64_t> complete;
@@ -183,8 +183,8 @@ Status Server::Start() {
 
 Status Server::StartDashboard() {
   if (!options_.http_enabled) return Status::Ok();
-  dashboard_ = std::make_unique<Dashboard>(io_, options_.dashboard,
-                                           shard_.get(), coordinator_.get());
+  dashboard_ = Dashboard::Create(io_, options_.dashboard, shard_.get(),
+                                 coordinator_.get());
   Monitor* monitor = &dashboard_->monitor();
   monitor->SetCheckpointsEnabled(store_ != nullptr);  // set up just before
   monitor->OnShardCommand(
@@ -295,9 +295,9 @@ Status Server::RegisterWithCoordinator() {
     return Status(Code::kTimeout, peer + " did not answer Hello");
   }
   TETHER_ASSIGN_OR_RETURN(RunSettings settings, future.get());
-  if (settings.num_shards != options_.shards) {
+  if (settings.num_shards != options_.run.num_shards) {
     return InvalidArgument("--shards: this shard was started with " +
-                           std::to_string(options_.shards) +
+                           std::to_string(options_.run.num_shards) +
                            " but the coordinator runs " +
                            std::to_string(settings.num_shards));
   }
@@ -503,7 +503,7 @@ void Server::OnCoordinatorLost() {
 
 void Server::Fail(const Status& why) {
   {
-    std::lock_guard lock(sessions_mu_);
+    MutexLock lock(&sessions_mu_);
     if (failure_.ok()) failure_ = why;
   }
   TETHER_LOG(kError) << why.message();
@@ -578,7 +578,7 @@ void Server::OnAccept(const boost::system::error_code& ec, tcp::socket socket) {
   } else {
     size_t open = 0;
     {
-      std::lock_guard lock(sessions_mu_);
+      MutexLock lock(&sessions_mu_);
       std::erase_if(sessions_, [](auto& w) { return w.expired(); });
       open = sessions_.size();
     }
@@ -597,7 +597,7 @@ void Server::OnAccept(const boost::system::error_code& ec, tcp::socket socket) {
           std::move(socket), session_options_, auth_key_, shard_.get(),
           coordinator_.get(), dashboard_ ? &dashboard_->monitor() : nullptr);
       {
-        std::lock_guard lock(sessions_mu_);
+        MutexLock lock(&sessions_mu_);
         sessions_.push_back(session);
       }
       session->Start();
@@ -611,7 +611,7 @@ Status Server::Run() {
     if (t.joinable()) t.join();
   }
   threads_.clear();
-  std::lock_guard lock(sessions_mu_);
+  MutexLock lock(&sessions_mu_);
   return failure_;
 }
 
@@ -630,7 +630,7 @@ void Server::Stop() {
     if (dashboard_) dashboard_->Stop();
     std::vector<std::shared_ptr<Session>> sessions;
     {
-      std::lock_guard lock(sessions_mu_);
+      MutexLock lock(&sessions_mu_);
       for (auto& w : sessions_) {
         if (auto s = w.lock()) sessions.push_back(std::move(s));
       }

@@ -13,13 +13,13 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "schema/auth.h"
 #include "schema/connection.h"
+#include "schema/mutex.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/coordinator.h"
@@ -89,6 +89,9 @@ class Server {
   void OnAccept(const boost::system::error_code& ec, tcp::socket socket);
 
   const ServerOptions options_;
+  // The Server owns the context its handlers run on, and ~Server joins the
+  // threads running it before any member goes: a handler holding `this`
+  // never outlives the Server (unrun handlers are destroyed, not run).
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   tcp::acceptor acceptor_;
@@ -104,16 +107,17 @@ class Server {
   std::unique_ptr<Shard> shard_;
   std::unique_ptr<Coordinator> coordinator_;         // shard 0 only
   std::shared_ptr<Connection> coordinator_link_;     // shards > 0
-  std::unique_ptr<Dashboard> dashboard_;             // shard 0 with --http
+  std::shared_ptr<Dashboard> dashboard_;             // shard 0 with --http
   std::unique_ptr<asio::steady_timer> stats_timer_;  // shards > 0
   std::unique_ptr<asio::steady_timer> eviction_timer_;
   std::unique_ptr<asio::steady_timer> coordinator_lost_timer_;  // shards > 0
   std::atomic<int> coordinator_timeout_ms_{0};  // the run's, from Welcome
 
-  std::mutex sessions_mu_;
-  std::vector<std::weak_ptr<Session>> sessions_;  // guarded by sessions_mu_
+  Mutex sessions_mu_;
+  std::vector<std::weak_ptr<Session>> sessions_ TETHER_GUARDED_BY(sessions_mu_);
   std::atomic<bool> stopping_{false};
-  Status failure_;  // guarded by sessions_mu_; what Run() returns
+  // What Run() returns.
+  Status failure_ TETHER_GUARDED_BY(sessions_mu_);
   // Last, so it stops (finishing a write) before what it reports to.
   std::unique_ptr<Checkpointer> checkpointer_;
 };

@@ -55,6 +55,18 @@ std::span<const T> ToSpan(const flatbuffers::Vector<T>* v) {
 
 }  // namespace
 
+Shard::Outbox::~Outbox() {
+  for (Reply& reply : replies_) reply.conn->Send(std::move(reply.frame));
+}
+
+void Shard::Outbox::Add(std::vector<Reply> replies) {
+  if (replies_.empty()) {
+    replies_ = std::move(replies);
+    return;
+  }
+  for (Reply& reply : replies) replies_.push_back(std::move(reply));
+}
+
 Shard::Shard(int shard_id, RunSettings settings, size_t max_frame_bytes)
     : shard_id_(shard_id),
       settings_(settings),
@@ -74,18 +86,19 @@ void Shard::Heard(int rank) {
   if (!workers_.valid(rank)) return;
   workers_.Heard(rank, NowMs());
   if (!workers_.any_evicted()) return;
-  std::lock_guard lock(mu_);
+  Outbox out;
+  MutexLock lock(&mu_);
   // An evicted worker that speaks again (it was stopped, or its network
   // came back) rejoins at the others' clock.
   if (!workers_.Unevict(rank)) return;
   const int64_t was = clocks_.clock(rank);
-  JoinLocked(rank);
+  JoinLocked(rank, -1, out);
   TETHER_LOG(kWarning) << "worker " << rank
                        << " is back after its eviction: rejoins at clock "
                        << clocks_.clock(rank) << " (it was at " << was << ")";
 }
 
-void Shard::JoinLocked(int rank, int64_t clock) {
+void Shard::JoinLocked(int rank, int64_t clock, Outbox& out) {
   // The first connection at the start of a run joins where it is: workers
   // connect one after another, and the first ones may have clocked already.
   const bool rejoin = workers_.Join(rank);
@@ -99,7 +112,7 @@ void Shard::JoinLocked(int rank, int64_t clock) {
   auto more = clocks_.SetLive(rank, true);
   released.insert(released.end(), std::make_move_iterator(more.begin()),
                   std::make_move_iterator(more.end()));
-  ClocksMovedLocked(std::move(released));
+  ClocksMovedLocked(std::move(released), out);
 }
 
 void Shard::SetLimits(uint64_t max_keys, int max_waiting) {
@@ -115,23 +128,27 @@ std::vector<int> Shard::EvictSilent() {
   std::vector<int> evicted;
   const int timeout_ms = settings_.worker_timeout_ms;
   if (timeout_ms <= 0) return evicted;
-  std::lock_guard lock(mu_);
+  Outbox out;
+  MutexLock lock(&mu_);
   // Evicting one worker changes no other's liveness or clock, so deciding
   // all first and then releasing pulls one by one is as evicting in turn.
-  for (const WorkerTable::Evicted& e : workers_.EvictSilent(
-           NowMs(), timeout_ms, [this](int r) { return clocks_.live(r); })) {
+  for (const WorkerTable::Evicted& e :
+       workers_.EvictSilent(NowMs(), timeout_ms, [this](int r) {
+         mu_.AssertHeld();  // called by EvictSilent, under mu_
+         return clocks_.live(r);
+       })) {
     evicted.push_back(e.rank);
     TETHER_LOG(kWarning) << "worker " << e.rank << " evicted: silent for "
                          << e.silent_ms << " ms (--worker-timeout-ms "
                          << timeout_ms << "); clock " << clocks_.clock(e.rank)
                          << " no longer holds back the others";
-    ClocksMovedLocked(clocks_.SetLive(e.rank, false));
+    ClocksMovedLocked(clocks_.SetLive(e.rank, false), out);
   }
   return evicted;
 }
 
 int64_t Shard::JoinClock(int rank) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (rank < 0 || rank >= clocks_.num_workers()) return 0;
   return workers_.joined(rank) ? clocks_.JoinClock(rank) : clocks_.clock(rank);
 }
@@ -177,7 +194,7 @@ void Shard::OnDefineTensor(const PeerInfo& peer, const wire::DefineTensor& m,
   const bool same_init = peer.role == wire::Role::Worker;
   std::vector<uint64_t> shape = ToVector(m.shape());
   Result<uint32_t> id = [&] {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return store_.DefineTensor(m.name()->str(), shape, ToInitSpec(m.init()),
                                same_init);
   }();
@@ -189,7 +206,7 @@ void Shard::OnDefineTable(const PeerInfo& peer, const wire::DefineTable& m,
                           Connection& conn) {
   const bool same_init = peer.role == wire::Role::Worker;
   Result<uint32_t> id = [&] {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return store_.DefineTable(m.name()->str(), m.dim(), ToInitSpec(m.init()),
                               same_init);
   }();
@@ -201,16 +218,17 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
                    const std::shared_ptr<Connection>& conn) {
   std::vector<uint32_t> blocks = ToVector(m.blocks());
   std::vector<uint64_t> keys = ToVector(m.keys());
-  std::lock_guard lock(mu_);
+  Outbox out;
+  MutexLock lock(&mu_);
   if (Status s =
           CheckReplySizeLocked(m.sparse(), m.tensor(), blocks, keys.size());
       !s.ok()) {
-    return conn->Send(MakeErrorFrame(m.request_id(), s));
+    return out.Add(conn, MakeErrorFrame(m.request_id(), s));
   }
   // Not held for the bound first: a provided tensor's provider may be the
   // very worker the bound waits for.
   if (Status s = store_.Ready(m.tensor(), blocks, keys); !s.ok()) {
-    return conn->Send(MakeErrorFrame(m.request_id(), s));
+    return out.Add(conn, MakeErrorFrame(m.request_id(), s));
   }
   ++pulls_;
   bool is_worker = peer.role == wire::Role::Worker;
@@ -218,11 +236,13 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
   if (is_worker && !clocks_.Ready(clock, peer.staleness)) {
     int& held = waiting_by_conn_[conn.get()];
     if (held >= max_waiting_) {
-      return conn->Send(MakeErrorFrame(
-          m.request_id(),
-          InvalidArgument(std::to_string(held) +
-                          " pulls of this connection are already waiting for "
-                          "the slowest worker (--max-waiting)")));
+      return out.Add(
+          conn, MakeErrorFrame(
+                    m.request_id(),
+                    InvalidArgument(
+                        std::to_string(held) +
+                        " pulls of this connection are already waiting for "
+                        "the slowest worker (--max-waiting)")));
     }
     ++held;
     // Answered by the Clock that lets the slowest worker catch up; the
@@ -231,25 +251,27 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
                  [this, conn, id = m.request_id(), tensor = m.tensor(),
                   sparse = m.sparse(), blocks = std::move(blocks),
                   keys = std::move(keys)] {
+                   mu_.AssertHeld();  // run by ClocksMovedLocked
                    if (--waiting_by_conn_[conn.get()] <= 0) {
                      waiting_by_conn_.erase(conn.get());
                    }
                    OutFrame reply =
-                       BuildPullReply(id, tensor, sparse, blocks, keys);
+                       BuildPullReplyLocked(id, tensor, sparse, blocks, keys);
                    bytes_out_ += reply->size();
-                   conn->Send(std::move(reply));
+                   released_.push_back({conn, std::move(reply)});
                  });
     return;
   }
-  OutFrame reply =
-      BuildPullReply(m.request_id(), m.tensor(), m.sparse(), blocks, keys);
+  OutFrame reply = BuildPullReplyLocked(m.request_id(), m.tensor(), m.sparse(),
+                                        blocks, keys);
   bytes_out_ += reply->size();
-  conn->Send(std::move(reply));
+  out.Add(conn, std::move(reply));
 }
 
-OutFrame Shard::BuildPullReply(uint64_t request_id, uint32_t tensor,
-                               bool sparse, const std::vector<uint32_t>& blocks,
-                               const std::vector<uint64_t>& keys) {
+OutFrame Shard::BuildPullReplyLocked(uint64_t request_id, uint32_t tensor,
+                                     bool sparse,
+                                     const std::vector<uint32_t>& blocks,
+                                     const std::vector<uint64_t>& keys) {
   if (sparse) {
     auto dim = store_.TableDim(tensor);
     if (!dim.ok()) return MakeErrorFrame(request_id, dim.status());
@@ -375,21 +397,28 @@ Status Shard::CheckSparsePush(const wire::Push& m) {
 
 void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
                    Connection& conn) {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   Status s = m.sparse() ? CheckSparsePush(m) : CheckDensePush(m);
   if (!s.ok()) {
     CountNonFiniteLocked(peer, s);
-    lock.unlock();
+    lock.Unlock();
     return conn.Send(MakeErrorFrame(m.request_id(), s));
   }
-  if (m.provide()) return OnProvideLocked(m, conn, std::move(lock));
+  if (m.provide()) {
+    s = ProvideLocked(m);
+    lock.Unlock();
+    if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
+    flatbuffers::FlatBufferBuilder fbb(64);
+    return conn.Send(
+        FinishFrame(fbb, wire::CreatePushAck(fbb, m.request_id(), 0)));
+  }
   std::vector<uint32_t> blocks;
   if (!m.sparse()) {
     for (const wire::Block* block : *m.blocks())
       blocks.push_back(block->index());
   }
   if (s = store_.Ready(m.tensor(), blocks, ToSpan(m.keys())); !s.ok()) {
-    lock.unlock();
+    lock.Unlock();
     return conn.Send(MakeErrorFrame(m.request_id(), s));
   }
   int64_t staleness = 0;
@@ -399,7 +428,7 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   if (settings_.reject_staleness >= 0 &&
       staleness > settings_.reject_staleness) {
     ++rejected_pushes_;
-    lock.unlock();
+    lock.Unlock();
     return conn.Send(MakeErrorFrame(
         m.request_id(),
         Status(Code::kStalePush,
@@ -441,15 +470,14 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   ++staleness_histogram_[std::min<int64_t>(staleness, kStalenessBuckets - 1)];
   staleness_sum_ += staleness;
   CountNonFiniteLocked(peer, s);
-  lock.unlock();
+  lock.Unlock();
   if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
   flatbuffers::FlatBufferBuilder fbb(64);
   conn.Send(
       FinishFrame(fbb, wire::CreatePushAck(fbb, m.request_id(), staleness)));
 }
 
-void Shard::OnProvideLocked(const wire::Push& m, Connection& conn,
-                            std::unique_lock<std::mutex> lock) {
+Status Shard::ProvideLocked(const wire::Push& m) {
   Status s;
   if (m.sparse()) {
     s = store_.ProvideRows(m.tensor(), ToSpan(m.keys()), ToSpan(m.rows()));
@@ -460,10 +488,7 @@ void Shard::OnProvideLocked(const wire::Push& m, Connection& conn,
       if (!s.ok()) break;
     }
   }
-  lock.unlock();
-  if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
-  flatbuffers::FlatBufferBuilder fbb(64);
-  conn.Send(FinishFrame(fbb, wire::CreatePushAck(fbb, m.request_id(), 0)));
+  return s;
 }
 
 void Shard::CountNonFiniteLocked(const PeerInfo& peer, const Status& s) {
@@ -489,40 +514,40 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
     return conn.Send(MakeErrorFrame(m.request_id(),
                                     ProtocolError("only workers have clocks")));
   }
-  std::unique_lock lock(mu_);
-  int64_t current = clocks_.clock(peer.rank);
-  if (m.clock() <= current && workers_.moved_forward(peer.rank)) {
-    // The shard moved this worker ahead (it rejoined, or backup workers
-    // closed its clock without it); it learns its clock from the ack.
-    const int64_t min_clock = clocks_.min_clock();
-    lock.unlock();
-    flatbuffers::FlatBufferBuilder fbb(64);
-    return conn.Send(FinishFrame(
-        fbb, wire::CreateClockAck(fbb, m.request_id(), min_clock, current)));
+  int64_t clock = 0;
+  int64_t min_clock = 0;
+  Status s;
+  {
+    Outbox out;  // the replies of the pulls this releases, sent first
+    MutexLock lock(&mu_);
+    clock = clocks_.clock(peer.rank);
+    min_clock = clocks_.min_clock();
+    if (m.clock() <= clock && workers_.moved_forward(peer.rank)) {
+      // The shard moved this worker ahead (it rejoined, or backup workers
+      // closed its clock without it); it learns its clock from the ack.
+    } else if (m.clock() <= clock) {
+      s = InvalidArgument("clock " + std::to_string(m.clock()) + " of worker " +
+                          std::to_string(peer.rank) +
+                          " is not after its current clock " +
+                          std::to_string(clock));
+    } else {
+      // Released pulls build their replies now, under the lock, so each
+      // sees exactly the updates applied before this tick, staged ones
+      // included.
+      workers_.SetMovedForward(peer.rank, false);
+      ClocksMovedLocked(clocks_.Advance(peer.rank, m.clock()), out);
+      // With backup workers, one that is behind a closed clock skips
+      // ahead: its pushes for closed clocks would be dropped anyway.
+      const int64_t closed = clocks_.closed_clock();
+      if (settings_.backup_workers > 0 && clocks_.clock(peer.rank) < closed) {
+        workers_.SetMovedForward(peer.rank, true);
+        ClocksMovedLocked(clocks_.Advance(peer.rank, closed), out);
+      }
+      clock = clocks_.clock(peer.rank);
+      min_clock = clocks_.min_clock();
+    }
   }
-  if (m.clock() <= current) {
-    lock.unlock();
-    return conn.Send(MakeErrorFrame(
-        m.request_id(),
-        InvalidArgument("clock " + std::to_string(m.clock()) + " of worker " +
-                        std::to_string(peer.rank) +
-                        " is not after its current clock " +
-                        std::to_string(current))));
-  }
-  // Released pulls build their replies now, under the lock, so each sees
-  // exactly the updates applied before this tick, staged ones included.
-  workers_.SetMovedForward(peer.rank, false);
-  ClocksMovedLocked(clocks_.Advance(peer.rank, m.clock()));
-  // With backup workers, one that is behind a closed clock skips ahead:
-  // its pushes for closed clocks would be dropped anyway.
-  const int64_t closed = clocks_.closed_clock();
-  if (settings_.backup_workers > 0 && clocks_.clock(peer.rank) < closed) {
-    workers_.SetMovedForward(peer.rank, true);
-    ClocksMovedLocked(clocks_.Advance(peer.rank, closed));
-  }
-  const int64_t clock = clocks_.clock(peer.rank);
-  const int64_t min_clock = clocks_.min_clock();
-  lock.unlock();
+  if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
   flatbuffers::FlatBufferBuilder fbb(64);
   conn.Send(FinishFrame(
       fbb, wire::CreateClockAck(fbb, m.request_id(), min_clock, clock)));
@@ -530,34 +555,37 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
 
 void Shard::SetWorkerConnected(int rank, bool connected, int staleness,
                                int64_t clock, const Connection* conn) {
-  std::lock_guard lock(mu_);
+  Outbox out;
+  MutexLock lock(&mu_);
   if (!workers_.valid(rank)) return;
   if (connected) {
     if (workers_.Connect(rank, conn, staleness, NowMs())) {
       TETHER_LOG(kWarning) << "worker " << rank
                            << " is back after its eviction: it reconnected";
     }
-    return JoinLocked(rank, clock);
+    return JoinLocked(rank, clock, out);
   }
   if (!workers_.Leave(rank, conn, staleness, NowMs())) return;
-  ClocksMovedLocked(clocks_.SetLive(rank, false));
+  ClocksMovedLocked(clocks_.SetLive(rank, false), out);
 }
 
 void Shard::ForgetWorkers() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   for (int r = 0; r < clocks_.num_workers(); ++r) {
     if (!workers_.connected(r)) (void)clocks_.SetLive(r, false);
   }
 }
 
-void Shard::ClocksMovedLocked(std::vector<ClockTable::Release> released) {
+void Shard::ClocksMovedLocked(std::vector<ClockTable::Release> released,
+                              Outbox& out) {
   ApplyStagedLocked();
   MaybeCheckpointLocked();
   for (auto& release : released) release();
+  out.Add(std::exchange(released_, {}));
 }
 
 void Shard::EnableCheckpoints(Checkpointer* checkpointer) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   checkpointer_ = checkpointer;
   const int64_t k = settings_.checkpoint_every;
   if (k > 0) next_round_clock_ = (clocks_.min_clock() / k + 1) * k;
@@ -599,14 +627,14 @@ Status Shard::TakeRoundLocked(int64_t round) {
 }
 
 Result<int64_t> Shard::CheckpointNow(int64_t round) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (round < 0) round = clocks_.min_clock();
   TETHER_RETURN_IF_ERROR(TakeRoundLocked(round));
   return round;
 }
 
 Status Shard::Restore(const ShardSnapshot& snapshot) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   TETHER_RETURN_IF_ERROR(store_.Restore(snapshot.tensors, snapshot.tables));
   // Workers resume together from the round's clock: that is the state the
   // weights hold (with s = 0 exactly, later pushes were still staged). From
@@ -618,7 +646,7 @@ Status Shard::Restore(const ShardSnapshot& snapshot) {
 }
 
 std::vector<WorkerPosition> Shard::WorkerPositions() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<WorkerPosition> out;
   for (int r = 0; r < clocks_.num_workers(); ++r) {
     out.push_back(
@@ -681,7 +709,7 @@ void Shard::ApplyStagedLocked() {
 }
 
 int64_t Shard::WorkerClock(int rank) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return rank >= 0 && rank < clocks_.num_workers() ? clocks_.clock(rank) : 0;
 }
 
@@ -692,7 +720,7 @@ void Shard::OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
         m.request_id(), ProtocolError("only workers send reports")));
   }
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     ++reports_received_;
     ShardStats::Worker& r = reports_[peer.rank];
     r.epoch = m.epoch();
@@ -713,7 +741,7 @@ void Shard::OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
 }
 
 void Shard::CountTraffic(uint64_t bytes_in, uint64_t bytes_out) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   bytes_in_ += bytes_in;
   bytes_out_ += bytes_out;
 }
@@ -725,7 +753,7 @@ ShardStats Shard::Stats() {
 }
 
 ShardStats Shard::OwnStats() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   ShardStats stats;
   ParamStore::Counts counts = store_.counts();
   stats.shard_id = shard_id_;

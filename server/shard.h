@@ -5,6 +5,8 @@
 // through the requesting peer's Connection (thread-safe), possibly later: a
 // pull that must wait for the slowest worker is stored with its connection
 // and answered when a Clock releases it, holding no thread meanwhile.
+// Replies are built under the mutex (a pull sees exactly the updates
+// applied before it) and sent after it is released.
 #pragma once
 
 #include <array>
@@ -13,11 +15,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "schema/connection.h"
 #include "schema/frame.h"
+#include "schema/mutex.h"
 #include "schema/stats.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
@@ -53,7 +55,7 @@ class Shard {
   // `conn`. Bad requests get an Error frame naming what is wrong; nothing a
   // peer sends can fail the shard.
   void Handle(const PeerInfo& peer, const wire::Message& message,
-              const std::shared_ptr<Connection>& conn);
+              const std::shared_ptr<Connection>& conn) TETHER_EXCLUDES(mu_);
 
   // Records that worker `rank` connected (with its enforced staleness
   // bound) or went away. A worker that is gone no longer holds back the
@@ -64,20 +66,21 @@ class Shard {
   // `conn` identifies the connection: a disconnect from one that has since
   // been replaced (the worker reconnected) changes nothing.
   void SetWorkerConnected(int rank, bool connected, int staleness,
-                          int64_t clock = -1, const Connection* conn = nullptr);
+                          int64_t clock = -1, const Connection* conn = nullptr)
+      TETHER_EXCLUDES(mu_);
   // After a restart: no worker holds back the others until it reconnects.
-  void ForgetWorkers();
+  void ForgetWorkers() TETHER_EXCLUDES(mu_);
   // The clock of worker `rank` on this shard.
-  int64_t WorkerClock(int rank);
+  int64_t WorkerClock(int rank) TETHER_EXCLUDES(mu_);
   // The clock `rank` takes when it joins now (see ClockTable::JoinClock).
-  int64_t JoinClock(int rank);
+  int64_t JoinClock(int rank) TETHER_EXCLUDES(mu_);
   // Evicts every connected worker not heard from for the run's
   // worker_timeout_ms: it no longer holds back the minimum clock, and the
   // pulls waiting on it are answered. One heard from again rejoins at the
   // others' clock. Returns the ranks evicted now; call periodically.
-  std::vector<int> EvictSilent();
+  std::vector<int> EvictSilent() TETHER_EXCLUDES(mu_);
   // Any frame from worker `rank`: it is alive; an evicted one rejoins.
-  void Heard(int rank);
+  void Heard(int rank) TETHER_EXCLUDES(mu_);
   // Requests with more than `max_keys` sparse keys, and pulls beyond
   // `max_waiting` held at once for one connection, are refused (the
   // limits are --max-keys and --max-waiting). Set before serving.
@@ -87,55 +90,84 @@ class Shard {
   void SetStatsExtra(std::function<void(ShardStats&)> extra);
 
   // This shard's figures now.
-  ShardStats Stats();
+  ShardStats Stats() TETHER_EXCLUDES(mu_);
 
   // Has `checkpointer` write a round whenever the minimum clock reaches a
   // multiple of settings().checkpoint_every. Call before serving.
-  void EnableCheckpoints(Checkpointer* checkpointer);
+  void EnableCheckpoints(Checkpointer* checkpointer) TETHER_EXCLUDES(mu_);
   // Writes a round now, from the state as it is: round `round`, or (when
   // negative) one named by the current minimum clock. Returns the round;
   // kUnavailable when no checkpoints are set up or a write is in progress.
-  Result<int64_t> CheckpointNow(int64_t round);
+  Result<int64_t> CheckpointNow(int64_t round) TETHER_EXCLUDES(mu_);
   // Loads a round's slice: parameters, optimizer state, and every worker's
   // clock set to the round's clock (workers continue from there). Before
   // workers join only: it replaces whatever was loaded before.
-  Status Restore(const ShardSnapshot& snapshot);
+  Status Restore(const ShardSnapshot& snapshot) TETHER_EXCLUDES(mu_);
   // Every worker's clock and latest reported position, for round records.
-  std::vector<WorkerPosition> WorkerPositions();
+  std::vector<WorkerPosition> WorkerPositions() TETHER_EXCLUDES(mu_);
 
   // Adds to the traffic counters shown in Stats.
-  void CountTraffic(uint64_t bytes_in, uint64_t bytes_out);
+  void CountTraffic(uint64_t bytes_in, uint64_t bytes_out) TETHER_EXCLUDES(mu_);
 
  private:
+  // A reply and the connection it goes to.
+  struct Reply {
+    std::shared_ptr<Connection> conn;
+    OutFrame frame;
+  };
+  // Replies built under mu_, sent when the Outbox is destroyed. Declared
+  // before the MutexLock of the same scope, it outlives the lock: nothing is
+  // written to a socket with mu_ held.
+  class Outbox {
+   public:
+    Outbox() = default;
+    Outbox(const Outbox&) = delete;
+    Outbox& operator=(const Outbox&) = delete;
+    ~Outbox();
+    void Add(std::shared_ptr<Connection> conn, OutFrame frame) {
+      replies_.push_back({std::move(conn), std::move(frame)});
+    }
+    void Add(std::vector<Reply> replies);
+
+   private:
+    std::vector<Reply> replies_;
+  };
+
   void OnDefineTensor(const PeerInfo& peer, const wire::DefineTensor& m,
-                      Connection& conn);
+                      Connection& conn) TETHER_EXCLUDES(mu_);
   void OnDefineTable(const PeerInfo& peer, const wire::DefineTable& m,
-                     Connection& conn);
+                     Connection& conn) TETHER_EXCLUDES(mu_);
   void OnPull(const PeerInfo& peer, const wire::Pull& m,
-              const std::shared_ptr<Connection>& conn);
-  void OnPush(const PeerInfo& peer, const wire::Push& m, Connection& conn);
-  // A push carrying a provided tensor's initial values (m.provide()),
-  // already checked: written where there are none yet, then acknowledged.
-  void OnProvideLocked(const wire::Push& m, Connection& conn,
-                       std::unique_lock<std::mutex> lock);
-  void OnClock(const PeerInfo& peer, const wire::Clock& m, Connection& conn);
+              const std::shared_ptr<Connection>& conn) TETHER_EXCLUDES(mu_);
+  void OnPush(const PeerInfo& peer, const wire::Push& m, Connection& conn)
+      TETHER_EXCLUDES(mu_);
+  // Writes a provided tensor's initial values (m.provide(), already
+  // checked) where there are none yet.
+  Status ProvideLocked(const wire::Push& m) TETHER_REQUIRES(mu_);
+  void OnClock(const PeerInfo& peer, const wire::Clock& m, Connection& conn)
+      TETHER_EXCLUDES(mu_);
   void OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
-                Connection& conn);
+                Connection& conn) TETHER_EXCLUDES(mu_);
 
   // Builds the reply to a pull; an Error frame when it cannot be answered.
-  OutFrame BuildPullReply(uint64_t request_id, uint32_t tensor, bool sparse,
-                          const std::vector<uint32_t>& blocks,
-                          const std::vector<uint64_t>& keys);
+  OutFrame BuildPullReplyLocked(uint64_t request_id, uint32_t tensor,
+                                bool sparse,
+                                const std::vector<uint32_t>& blocks,
+                                const std::vector<uint64_t>& keys)
+      TETHER_REQUIRES(mu_);
   Status CheckReplySizeLocked(bool sparse, uint32_t tensor,
-                              const std::vector<uint32_t>& blocks, size_t keys);
-  Status CheckDensePush(const wire::Push& m);
-  Status CheckSparsePush(const wire::Push& m);
+                              const std::vector<uint32_t>& blocks, size_t keys)
+      TETHER_REQUIRES(mu_);
+  Status CheckDensePush(const wire::Push& m) TETHER_REQUIRES(mu_);
+  Status CheckSparsePush(const wire::Push& m) TETHER_REQUIRES(mu_);
   // kNonFinite naming the tensor, `part`, the element (`first_index` plus
   // its place in `values`) and the push's clock, when a value is NaN/Inf.
   Status CheckFinite(const wire::Push& m, std::span<const float> values,
-                     const std::string& part, uint64_t first_index);
+                     const std::string& part, uint64_t first_index)
+      TETHER_REQUIRES(mu_);
   // Counts a push refused as non-finite against its worker, and logs it.
-  void CountNonFiniteLocked(const PeerInfo& peer, const Status& s);
+  void CountNonFiniteLocked(const PeerInfo& peer, const Status& s)
+      TETHER_REQUIRES(mu_);
 
   // Constant after construction.
   const int shard_id_;
@@ -144,23 +176,26 @@ class Shard {
 
   using SteadyClock = std::chrono::steady_clock;
   static int64_t NowMs();  // steady clock
-  ShardStats OwnStats();   // Stats() without the extra figures
+  // Stats() without the extra figures.
+  ShardStats OwnStats() TETHER_EXCLUDES(mu_);
   // Makes `rank` live, at least at `clock` and, when it rejoins, at its
   // join clock; answers what that releases.
-  void JoinLocked(int rank, int64_t clock = -1);
+  void JoinLocked(int rank, int64_t clock, Outbox& out) TETHER_REQUIRES(mu_);
 
-  std::mutex mu_;
-  // Guarded by mu_.
-  ParamStore store_;
-  ClockTable clocks_;
+  Mutex mu_;
+  ParamStore store_ TETHER_GUARDED_BY(mu_);
+  ClockTable clocks_ TETHER_GUARDED_BY(mu_);
   // Who is connected, evicted, last heard from: see WorkerTable for the
   // parts read and written without mu_.
   WorkerTable workers_;
-  uint64_t late_pushes_ = 0;
+  uint64_t late_pushes_ TETHER_GUARDED_BY(mu_) = 0;
   std::function<void(ShardStats&)> stats_extra_;  // set before serving
   uint64_t max_keys_ = uint64_t{1} << 20;         // set before serving
   int max_waiting_ = 4096;                        // set before serving
-  std::map<const Connection*, int> waiting_by_conn_;
+  std::map<const Connection*, int> waiting_by_conn_ TETHER_GUARDED_BY(mu_);
+  // Replies of the pulls the clocks released, built by their callbacks
+  // (run under mu_) and handed to the Outbox of the call that released them.
+  std::vector<Reply> released_ TETHER_GUARDED_BY(mu_);
   // Pushes from BSP workers (bound 0) wait here, by the clock they belong
   // to, until every live worker has finished that clock; then they are
   // applied in rank order, so a BSP run is bit-for-bit repeatable whatever
@@ -173,28 +208,31 @@ class Shard {
     std::vector<uint64_t> keys;    // sparse: the rows
     std::vector<float> values;
   };
-  void StageLocked(int rank, const wire::Push& m);
-  void ApplyStagedLocked();
+  void StageLocked(int rank, const wire::Push& m) TETHER_REQUIRES(mu_);
+  void ApplyStagedLocked() TETHER_REQUIRES(mu_);
   // After the clocks moved: applies what the new minimum closes, takes a
-  // checkpoint when due, then answers the released pulls.
-  void ClocksMovedLocked(std::vector<ClockTable::Release> released);
-  void MaybeCheckpointLocked();
+  // checkpoint when due, then builds the replies of the released pulls
+  // into `out`.
+  void ClocksMovedLocked(std::vector<ClockTable::Release> released, Outbox& out)
+      TETHER_REQUIRES(mu_);
+  void MaybeCheckpointLocked() TETHER_REQUIRES(mu_);
   // Snapshots the store as `round` and hands it to the writer.
-  Status TakeRoundLocked(int64_t round);
-  Checkpointer* checkpointer_ = nullptr;  // set before serving
-  int64_t next_round_clock_ = 0;
-  std::map<int64_t, std::vector<StagedPush>> staged_;
+  Status TakeRoundLocked(int64_t round) TETHER_REQUIRES(mu_);
+  Checkpointer* checkpointer_ TETHER_GUARDED_BY(mu_) = nullptr;
+  int64_t next_round_clock_ TETHER_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, std::vector<StagedPush>> staged_ TETHER_GUARDED_BY(mu_);
   // The latest WorkerReport of each worker (shard 0 receives them), and on
   // every shard the count of its pushes refused as non-finite.
-  std::vector<ShardStats::Worker> reports_;
-  uint64_t reports_received_ = 0;
-  std::array<uint64_t, kStalenessBuckets> staleness_histogram_{};
-  uint64_t staleness_sum_ = 0;
-  uint64_t pushes_ = 0;
-  uint64_t pulls_ = 0;
-  uint64_t rejected_pushes_ = 0;
-  uint64_t bytes_in_ = 0;
-  uint64_t bytes_out_ = 0;
+  std::vector<ShardStats::Worker> reports_ TETHER_GUARDED_BY(mu_);
+  uint64_t reports_received_ TETHER_GUARDED_BY(mu_) = 0;
+  std::array<uint64_t, kStalenessBuckets> staleness_histogram_
+      TETHER_GUARDED_BY(mu_){};
+  uint64_t staleness_sum_ TETHER_GUARDED_BY(mu_) = 0;
+  uint64_t pushes_ TETHER_GUARDED_BY(mu_) = 0;
+  uint64_t pulls_ TETHER_GUARDED_BY(mu_) = 0;
+  uint64_t rejected_pushes_ TETHER_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_in_ TETHER_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_out_ TETHER_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tether

@@ -21,22 +21,52 @@
 #include <string>
 #include <string_view>
 #include <thread>
-#include <tuple>
 #include <vector>
 
 #include "schema/atomic_file.h"
 #include "schema/flags.h"
 #include "schema/launcher.h"
 #include "schema/log.h"
+#include "server/settings_fields.h"
 #include "tools/process.h"
 #include "worker/client.h"
 
 namespace tether {
 namespace {
 
+// The tether-server flags tether-up takes as its own, with their names,
+// help and types (server/settings_fields.h): shard 0 gets them, every shard
+// --shards.
+constexpr std::string_view kServerFlags[] = {
+    "shards", "workers", "seed", "optimizer", "lr", "checkpoint-every"};
+
+static_assert(std::ranges::all_of(kServerFlags,
+                                  [](std::string_view flag) {
+                                    return FindSettingFlag(flag) != nullptr;
+                                  }),
+              "kServerFlags names a flag tether-server does not have");
+
+bool IsServerFlag(const SettingField& field) {
+  for (std::string_view flag : kServerFlags) {
+    if (field.flag == flag) return true;
+  }
+  return false;
+}
+
+// tether-up's defaults for them.
+RunSettings UpRunDefaults() {
+  RunSettings run;
+  run.num_shards = 2;
+  run.num_workers = 4;
+  run.seed = 7;
+  run.optimizer.kind = OptimizerKind::kAdam;
+  run.optimizer.lr = 0.001f;
+  return run;
+}
+
 struct UpOptions {
-  int shards = 2;
-  int workers = 4;
+  // kServerFlags' settings; the others are not used.
+  RunSettings run = UpRunDefaults();
   int slow = 1;           // how many workers (the last ranks) are slowed
   double slowdown = 3.0;  // how much slower they are
   int staleness = 3;
@@ -48,16 +78,12 @@ struct UpOptions {
   std::string data = "fashion-mnist";
   int epochs = 6;
   int batch = 64;
-  std::string optimizer = "adam";
-  double lr = 0.001;
-  uint64_t seed = 7;
   double target_accuracy = 0.85;
   std::string log_dir;   // default: a new /tmp/tether-up-XXXXXX
   std::string data_dir;  // shards' data dirs DIR/shardN; default: log_dir
-  int64_t checkpoint_every = 0;
-  std::string resume;                   // latest or a round
-  int threads = 1;                      // compute threads per worker
-  int gpu_workers = 0;                  // the first N ranks use --device cuda
+  std::string resume;    // latest or a round
+  int threads = 1;       // compute threads per worker
+  int gpu_workers = 0;   // the first N ranks use --device cuda
   std::string http = "127.0.0.1:8080";  // shard 0's dashboard; off: none
   // Seconds to keep the shards and the dashboard up after training; -1:
   // until Ctrl-C.
@@ -84,29 +110,34 @@ struct RunFlag {
 };
 
 const std::vector<RunFlag>& RunFlags() {
-  static const std::vector<RunFlag> flags = {
-      {"shards", true, [](auto& o) { return std::to_string(o.shards); }},
-      {"workers", true, [](auto& o) { return std::to_string(o.workers); }},
-      {"seed", true, [](auto& o) { return std::to_string(o.seed); }},
-      {"optimizer", true, [](auto& o) { return o.optimizer; }},
-      {"model", true, [](auto& o) { return o.model; }},
-      {"python-model", true, [](auto& o) { return o.python_model; }},
-      {"model-args", true, [](auto& o) { return o.model_args; }},
-      {"slow", false, [](auto& o) { return std::to_string(o.slow); }},
-      {"slowdown", false, [](auto& o) { return NumberText(o.slowdown); }},
-      {"staleness", false, [](auto& o) { return std::to_string(o.staleness); }},
-      {"data", false, [](auto& o) { return o.data; }},
-      {"epochs", false, [](auto& o) { return std::to_string(o.epochs); }},
-      {"batch", false, [](auto& o) { return std::to_string(o.batch); }},
-      {"lr", false, [](auto& o) { return NumberText(o.lr); }},
-      {"target-accuracy", false,
-       [](auto& o) { return NumberText(o.target_accuracy); }},
-      {"threads", false, [](auto& o) { return std::to_string(o.threads); }},
-      {"gpu-workers", false,
-       [](auto& o) { return std::to_string(o.gpu_workers); }},
-      {"checkpoint-every", false,
-       [](auto& o) { return std::to_string(o.checkpoint_every); }},
-  };
+  static const std::vector<RunFlag> flags = [] {
+    std::vector<RunFlag> out;
+    for (const SettingField& f : kSettingFields) {
+      if (!IsServerFlag(f)) continue;
+      out.push_back({f.flag.data(), f.Has(kIdentity), [flag = f.flag](auto& o) {
+                       return SettingTextOf(o.run, flag);
+                     }});
+    }
+    const std::vector<RunFlag> own = {
+        {"model", true, [](auto& o) { return o.model; }},
+        {"python-model", true, [](auto& o) { return o.python_model; }},
+        {"model-args", true, [](auto& o) { return o.model_args; }},
+        {"slow", false, [](auto& o) { return std::to_string(o.slow); }},
+        {"slowdown", false, [](auto& o) { return NumberText(o.slowdown); }},
+        {"staleness", false,
+         [](auto& o) { return std::to_string(o.staleness); }},
+        {"data", false, [](auto& o) { return o.data; }},
+        {"epochs", false, [](auto& o) { return std::to_string(o.epochs); }},
+        {"batch", false, [](auto& o) { return std::to_string(o.batch); }},
+        {"target-accuracy", false,
+         [](auto& o) { return NumberText(o.target_accuracy); }},
+        {"threads", false, [](auto& o) { return std::to_string(o.threads); }},
+        {"gpu-workers", false,
+         [](auto& o) { return std::to_string(o.gpu_workers); }},
+    };
+    out.insert(out.end(), own.begin(), own.end());
+    return out;
+  }();
   return flags;
 }
 
@@ -206,13 +237,13 @@ std::vector<std::string> Launcher::WithKey(
 }
 
 Status Launcher::StartShards() {
-  for (int id = 0; id < o_.shards; ++id) {
+  for (int id = 0; id < o_.run.num_shards; ++id) {
     std::vector<std::string> argv = {
         bin_ + "/tether-server",
         "--shard-id",
         std::to_string(id),
         "--shards",
-        std::to_string(o_.shards),
+        std::to_string(o_.run.num_shards),
         "--listen",
         "127.0.0.1:0",
         "--data-dir",
@@ -223,18 +254,17 @@ Status Launcher::StartShards() {
       // A resumed run's shard 0 takes the run-wide settings from its round,
       // except for those given now (refused there if they cannot change).
       const bool resuming = !o_.resume.empty();
-      for (const auto& [flag, name, value] :
-           std::vector<std::tuple<std::string, std::string, std::string>>{
-               {"workers", "--workers", std::to_string(o_.workers)},
-               {"staleness", "--max-staleness", std::to_string(o_.staleness)},
-               {"optimizer", "--optimizer", o_.optimizer},
-               {"lr", "--lr", NumberText(o_.lr)},
-               {"seed", "--seed", std::to_string(o_.seed)},
-               {"checkpoint-every", "--checkpoint-every",
-                std::to_string(o_.checkpoint_every)}}) {
-        if (resuming && o_.given.count(flag) == 0) continue;
-        argv.push_back(name);
-        argv.push_back(value);
+      auto wanted = [this, resuming](const SettingField& f) {
+        return IsServerFlag(f) && f.flag != "shards" &&
+               (!resuming || o_.given.count(std::string(f.flag)) > 0);
+      };
+      for (std::string& word :
+           SettingFlags(o_.run, wanted, AtDefault::kWritten)) {
+        argv.push_back(std::move(word));
+      }
+      if (!resuming || o_.given.count("staleness") > 0) {
+        argv.push_back("--max-staleness");
+        argv.push_back(std::to_string(o_.staleness));
       }
       if (o_.http != "off") {
         argv.push_back("--http-token-file");
@@ -298,8 +328,8 @@ std::vector<std::string> Launcher::WorkerCommand() const {
 }
 
 Status Launcher::StartWorkers() {
-  for (int r = 0; r < o_.workers; ++r) {
-    const bool slow = r >= o_.workers - o_.slow;
+  for (int r = 0; r < o_.run.num_workers; ++r) {
+    const bool slow = r >= o_.run.num_workers - o_.slow;
     std::vector<std::string> argv = WorkerCommand();
     for (const std::string& arg :
          {std::string("--coordinator"), coordinator_, std::string("--rank"),
@@ -459,7 +489,7 @@ int Launcher::Run() {
   std::printf(
       "tether-up: %d shards, %d workers (%d slowed %.1fx), staleness %d, "
       "model %s on %s, %d epochs\nlogs: %s\n",
-      o_.shards, o_.workers, o_.slow, o_.slowdown, o_.staleness,
+      o_.run.num_shards, o_.run.num_workers, o_.slow, o_.slowdown, o_.staleness,
       (o_.python_model.empty() ? o_.model : o_.python_model).c_str(),
       o_.data.c_str(), o_.epochs, o_.log_dir.c_str());
   if (!WriteSummary("starting", nullptr).ok()) return 1;
@@ -667,8 +697,7 @@ constexpr const char* kSummary =
     "stragglers. Shows progress; Ctrl-C stops everything.";
 
 void BindFlags(FlagParser& p, UpOptions& o) {
-  p.AddInt("shards", &o.shards, "server shards");
-  p.AddInt("workers", &o.workers, "workers");
+  BindSettingFlags(p, &o.run, IsServerFlag);
   p.AddInt("slow", &o.slow, "how many workers (the last ranks) are slowed");
   p.AddDouble("slowdown", &o.slowdown, "how many times slower they are");
   p.AddInt("staleness", &o.staleness, "SSP bound (0 BSP, -1 async)");
@@ -681,9 +710,6 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddString("data", &o.data, "fashion-mnist, IMAGES,LABELS, or LIBSVM");
   p.AddInt("epochs", &o.epochs, "epochs per worker");
   p.AddInt("batch", &o.batch, "batch size");
-  p.AddString("optimizer", &o.optimizer, "sgd, momentum, adagrad or adam");
-  p.AddDouble("lr", &o.lr, "learning rate");
-  p.AddUint64("seed", &o.seed, "run seed");
   p.AddDouble("target-accuracy", &o.target_accuracy,
               "test accuracy the run must reach to exit 0");
   p.AddInt("threads", &o.threads, "compute threads per worker");
@@ -694,8 +720,6 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddString("data-dir", &o.data_dir,
               "shards keep checkpoints in DIR/shard0, DIR/shard1, ... "
               "(default: the log dir)");
-  p.AddInt64("checkpoint-every", &o.checkpoint_every,
-             "checkpoint round every K clocks; 0: never");
   p.AddString("resume", &o.resume,
               "resume from a complete round in --data-dir: latest or a "
               "round number");
@@ -830,8 +854,9 @@ int Main(int argc, char** argv) {
   if (!o.resume.empty()) {
     if (auto exit_code = TakeSavedFlags(argc, argv, p, &o)) return *exit_code;
   }
-  if (o.shards < 1 || o.workers < 1 || o.slow < 0 || o.slow > o.workers ||
-      o.slowdown < 1 || o.gpu_workers < 0 || o.gpu_workers > o.workers) {
+  const int workers = o.run.num_workers;
+  if (o.run.num_shards < 1 || workers < 1 || o.slow < 0 || o.slow > workers ||
+      o.slowdown < 1 || o.gpu_workers < 0 || o.gpu_workers > workers) {
     std::cerr << "tether-up: need --shards >= 1, --workers >= 1, 0 <= --slow "
                  "<= --workers, --slowdown >= 1, 0 <= --gpu-workers <= "
                  "--workers\n";

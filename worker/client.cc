@@ -8,6 +8,7 @@
 #include "schema/auth.h"
 #include "schema/frame.h"
 #include "schema/log.h"
+#include "schema/mutex.h"
 #include "schema/stats_frame.h"
 #include "worker/request_cutter.h"
 #include "worker/shard_link.h"
@@ -39,20 +40,20 @@ class Fanout {
   Fanout(size_t parts, Client::Callback done)
       : remaining_(parts), done_(std::move(done)) {}
 
-  void Finish(const Status& s) {
-    std::unique_lock lock(mu_);
+  void Finish(const Status& s) TETHER_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     if (!s.ok() && first_error_.ok()) first_error_ = s;
     if (--remaining_ > 0) return;
     Status result = first_error_;
-    lock.unlock();
+    lock.Unlock();
     done_(result);
   }
 
  private:
-  std::mutex mu_;
-  size_t remaining_;
-  Status first_error_;
-  Client::Callback done_;
+  Mutex mu_;
+  size_t remaining_ TETHER_GUARDED_BY(mu_);
+  Status first_error_ TETHER_GUARDED_BY(mu_);
+  const Client::Callback done_;
 };
 
 Status Wait(const std::function<void(Client::Callback)>& start) {
@@ -75,8 +76,8 @@ struct Client::Impl {
               const std::vector<uint64_t>& shape, uint32_t dim, Init init,
               Callback done);
   // What a restarted shard is given again.
-  Defined Definitions() {
-    std::lock_guard lock(tensors_mu);
+  Defined Definitions() TETHER_EXCLUDES(tensors_mu) {
+    MutexLock lock(&tensors_mu);
     return Defined(tensors.begin(), tensors.end());
   }
 
@@ -85,8 +86,9 @@ struct Client::Impl {
   std::atomic<int64_t> clock{0};
   std::atomic<int64_t> read_clock{0};
 
-  std::mutex tensors_mu;
-  std::unordered_map<std::string, TensorMeta> tensors;  // guarded
+  Mutex tensors_mu;
+  std::unordered_map<std::string, TensorMeta> tensors
+      TETHER_GUARDED_BY(tensors_mu);
 
   // Last: destroyed first, it joins the I/O threads before anything their
   // callbacks use goes away.
@@ -94,7 +96,7 @@ struct Client::Impl {
 };
 
 Result<TensorMeta> Client::Impl::Lookup(const std::string& name, bool sparse) {
-  std::lock_guard lock(tensors_mu);
+  MutexLock lock(&tensors_mu);
   auto it = tensors.find(name);
   if (it == tensors.end() || it->second.sparse != sparse) {
     return NotFound(std::string(sparse ? "table '" : "tensor '") + name +
@@ -114,7 +116,7 @@ void Client::Impl::Define(const std::string& name, bool sparse,
       links.size(), [this, name, sparse, size, dim, id, shape, init,
                      done = std::move(done)](const Status& s) {
         if (s.ok()) {
-          std::lock_guard lock(tensors_mu);
+          MutexLock lock(&tensors_mu);
           tensors[name] = {id->load(), sparse ? dim : size, sparse, shape, dim,
                            init};
         }

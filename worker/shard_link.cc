@@ -132,19 +132,23 @@ struct ShardLinks::Link {
   // time; other threads enter only by posting to it.
   const asio::strand<asio::io_context::executor_type> strand;
 
-  std::mutex mu;
+  Mutex mu;
   struct Pending {
     ReplyHandler handler;
     std::chrono::steady_clock::time_point sent;
   };
-  std::shared_ptr<Connection> conn;               // guarded by mu
-  std::unordered_map<uint64_t, Pending> pending;  // guarded by mu
-  bool closed = false;                            // guarded by mu
-  int generation = 0;         // guarded by mu; one per connection
-  bool gave_up = false;       // guarded by mu: reconnecting failed for good
-  bool reconnecting = false;  // guarded by mu: lost, being dialled again
-  bool ticking = false;       // guarded by mu: the heartbeat loop runs
-  bool greeted = false;       // guarded by mu: Hello sent on this conn
+  std::shared_ptr<Connection> conn TETHER_GUARDED_BY(mu);
+  std::unordered_map<uint64_t, Pending> pending TETHER_GUARDED_BY(mu);
+  bool closed TETHER_GUARDED_BY(mu) = false;
+  int generation TETHER_GUARDED_BY(mu) = 0;  // one per connection
+  // Reconnecting failed for good.
+  bool gave_up TETHER_GUARDED_BY(mu) = false;
+  // Lost, being dialled again.
+  bool reconnecting TETHER_GUARDED_BY(mu) = false;
+  // The heartbeat loop runs.
+  bool ticking TETHER_GUARDED_BY(mu) = false;
+  // Hello sent on this conn.
+  bool greeted TETHER_GUARDED_BY(mu) = false;
 
   // On the strand.
   asio::steady_timer timer;     // heartbeats and the slow-request watchdog
@@ -230,7 +234,7 @@ void ShardLinks::Send(int shard, uint64_t id, OutFrame frame,
 }
 
 std::string ShardLinks::stop_reason() const {
-  std::lock_guard lock(stop_mu_);
+  MutexLock lock(&stop_mu_);
   return stop_reason_;
 }
 
@@ -255,7 +259,7 @@ void ShardLinks::Attach(const std::shared_ptr<Link>& link,
                         std::shared_ptr<Connection> conn) {
   int generation;
   {
-    std::lock_guard lock(link->mu);
+    MutexLock lock(&link->mu);
     generation = ++link->generation;
     link->conn = conn;
     link->closed = false;
@@ -365,7 +369,7 @@ void ShardLinks::SendHello(const std::shared_ptr<Link>& link, OutFrame hello,
       std::move(done));
   bool start_ticking = false;
   {
-    std::lock_guard lock(link->mu);
+    MutexLock lock(&link->mu);
     link->greeted = true;     // heartbeats may follow the Hello now
     if (heartbeat_ms_ > 0) {  // observers too: idle connections are closed
       start_ticking = !link->ticking;
@@ -400,8 +404,8 @@ void ShardLinks::Redefine(const std::shared_ptr<Link>& link,
       link, request,
       DefineFrame(request, name, meta.sparse, meta.shape, meta.dim, meta.init),
       options_.connect_timeout_ms,
-      [id = meta.id, name](const wire::Message* m,
-                           const Status& error) -> Result<uint32_t> {
+      [id = meta.id, name = name](const wire::Message* m,
+                                  const Status& error) -> Result<uint32_t> {
         if (m == nullptr) return error;
         const wire::DefineAck* ack = m->body_as_DefineAck();
         if (ack == nullptr || ack->id() != id) {
@@ -443,7 +447,7 @@ void ShardLinks::Dial(const std::shared_ptr<Link>& link) {
                        << link->waited_ms / 1000 << " s and "
                        << link->attempt - 1
                        << " attempts (reconnect_timeout_ms)";
-    std::lock_guard lock(link->mu);
+    MutexLock lock(&link->mu);
     link->gave_up = true;
     return;
   }
@@ -509,7 +513,7 @@ void ShardLinks::OnRedefined(const std::shared_ptr<Link>& link,
   if (!s.ok()) return RetryLater(link, s);
   bool lost_again = false;
   {
-    std::lock_guard lock(link->mu);
+    MutexLock lock(&link->mu);
     // Lost again before it was done: OnClose left that to this attempt.
     lost_again = link->closed;
     if (!lost_again) link->reconnecting = false;
@@ -534,7 +538,7 @@ void ShardLinks::RetryLater(const std::shared_ptr<Link>& link,
   {
     // A connection that failed half way is closed for good; the next
     // attempt starts a new one.
-    std::lock_guard lock(link->mu);
+    MutexLock lock(&link->mu);
     conn = link->conn;
     link->closed = true;
   }
@@ -554,7 +558,7 @@ void ShardLinks::Shut(Link& link) {
   }
   std::shared_ptr<Connection> conn;
   {
-    std::lock_guard lock(link.mu);
+    MutexLock lock(&link.mu);
     conn = link.conn;
   }
   if (conn) conn->Close();
@@ -565,7 +569,7 @@ void ShardLinks::Send(Link& link, uint64_t id, OutFrame frame,
   std::shared_ptr<Connection> conn;
   bool reconnecting = false;
   {
-    std::lock_guard lock(link.mu);
+    MutexLock lock(&link.mu);
     if (!link.closed && (rejoining || !link.reconnecting)) {
       link.pending.emplace(id, Link::Pending{std::move(handler),
                                              std::chrono::steady_clock::now()});
@@ -594,18 +598,20 @@ void ShardLinks::OnFrame(Link& link, const Frame& frame) {
     return;
   }
   if (const wire::Stop* stop = m.body_as_Stop()) {
+    const std::string reason =
+        stop->reason() ? stop->reason()->str() : "stopped";
     {
-      std::lock_guard lock(stop_mu_);
-      stop_reason_ = stop->reason() ? stop->reason()->str() : "stopped";
+      MutexLock lock(&stop_mu_);
+      stop_reason_ = reason;
     }
     stop_requested_ = true;
     TETHER_LOG(kWarning) << link.Describe() << ": the run was stopped ("
-                         << stop_reason_ << ")";
+                         << reason << ")";
     return;
   }
   ReplyHandler handler;
   {
-    std::lock_guard lock(link.mu);
+    MutexLock lock(&link.mu);
     auto it = link.pending.find(id);
     if (it != link.pending.end()) {
       handler = std::move(it->second.handler);
@@ -632,7 +638,7 @@ void ShardLinks::OnClose(const std::shared_ptr<Link>& link, int generation,
   std::unordered_map<uint64_t, Link::Pending> pending;
   bool reconnect = false;
   {
-    std::lock_guard lock(link->mu);
+    MutexLock lock(&link->mu);
     if (generation != link->generation) return;  // an older connection
     link->closed = true;
     pending.swap(link->pending);
@@ -684,7 +690,7 @@ void ShardLinks::ArmTick(const std::shared_ptr<Link>& link) {
 void ShardLinks::Tick(const std::shared_ptr<Link>& link) {
   std::shared_ptr<Connection> conn;
   {
-    std::lock_guard lock(link->mu);
+    MutexLock lock(&link->mu);
     if (stopping_ || link->closed) {
       link->ticking = false;  // a reconnection starts the loop again
       return;
@@ -717,7 +723,7 @@ void ShardLinks::Tick(const std::shared_ptr<Link>& link) {
   bool joining = false;  // the Hello (request 0) awaits its Welcome
   const auto now = std::chrono::steady_clock::now();
   {
-    std::lock_guard lock(link->mu);
+    MutexLock lock(&link->mu);
     joining = link->pending.contains(0);
     for (const auto& [id, p] : link->pending) {
       ++waiting;
@@ -761,7 +767,7 @@ Status ShardLinks::AwaitShards(int timeout_ms) {
   while (true) {
     std::string down;
     for (auto& link : links_) {
-      std::lock_guard lock(link->mu);
+      MutexLock lock(&link->mu);
       if (link->gave_up) {
         return Unavailable(link->Describe() + " is gone: gave up reconnecting");
       }

@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -32,6 +31,7 @@
 #include "schema/auth.h"
 #include "schema/connection.h"
 #include "schema/frame.h"
+#include "schema/mutex.h"
 #include "schema/status.h"
 #include "worker/client.h"
 
@@ -218,8 +218,8 @@ class ShardLinks {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> losses_{0};  // shard connections lost
   std::atomic<bool> stop_requested_{false};
-  mutable std::mutex stop_mu_;
-  std::string stop_reason_;  // guarded by stop_mu_
+  mutable Mutex stop_mu_;
+  std::string stop_reason_ TETHER_GUARDED_BY(stop_mu_);
 };
 
 }  // namespace tether::client_internal

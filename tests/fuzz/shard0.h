@@ -16,16 +16,16 @@ namespace tether::fuzz {
 
 struct Shard0 {
   Shard0() {
-    options.workers = 2;
-    options.block_size = 16;
+    options.run.num_workers = 2;
+    options.run.block_size = 16;
     options.max_keys = 1024;
     options.max_waiting = 16;
-    settings = SettingsFromOptions(options);
+    settings = options.run;
     shard = std::make_unique<Shard>(0, settings, size_t{1} << 20);
     shard->SetLimits(options.max_keys, options.max_waiting);
     coordinator = MakeCoordinator(*shard, "127.0.0.1:7070");
-    dashboard = std::make_unique<Dashboard>(io, options.dashboard, shard.get(),
-                                            coordinator.get());
+    dashboard = Dashboard::Create(io, options.dashboard, shard.get(),
+                                  coordinator.get());
   }
   ~Shard0() {
     dashboard.reset();
@@ -41,7 +41,7 @@ struct Shard0 {
   RunSettings settings;
   std::unique_ptr<Shard> shard;
   std::unique_ptr<Coordinator> coordinator;
-  std::unique_ptr<Dashboard> dashboard;
+  std::shared_ptr<Dashboard> dashboard;
 };
 
 }  // namespace tether::fuzz

@@ -1,11 +1,247 @@
-// A resumed run's settings: the round's, with flags given now either
-// agreeing, overriding a tunable setting, or refused by name.
+// The run's settings (server/settings_fields.h): every described field
+// through each place that lists them (a round's JSON, the wire, the flags,
+// the reproduce command line, the dashboard, resuming), and a resumed run's
+// settings: the round's, with flags given now either agreeing, overriding a
+// tunable setting, or refused by name.
 #include "server/run_settings.h"
 
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
+#include <sstream>
+#include <type_traits>
+
+#include "server/checkpoint_codec.h"
+#include "server/monitor.h"
+#include "server/options.h"
+#include "server/reproduce.h"
+#include "server/settings_fields.h"
+
 namespace tether {
 namespace {
+
+namespace json = boost::json;
+
+// `value` moved off its default `def`, in a way that still passes
+// tether-server's checks (each integer up by 3: 4 workers, 3 backup
+// workers, ...; floats scaled to values a decimal does not hold exactly).
+template <typename T>
+T Unusual(const SettingField& field, const T& def) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return def + "unusual-" + std::string(field.member);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return !def;
+  } else if constexpr (std::is_same_v<T, OptimizerKind>) {
+    return def == OptimizerKind::kAdam ? OptimizerKind::kAdaGrad
+                                       : OptimizerKind::kAdam;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return def * 0.7f;
+  } else {
+    return static_cast<T>(def + 3);
+  }
+}
+
+// Every described setting away from its default, so that a place that
+// drops one shows; a new field is covered without being named here.
+RunSettings EveryFieldUnusual() {
+  RunSettings s;
+  ForEachSetting(s, [](const SettingField& field, auto& value) {
+    value = Unusual(field, value);
+  });
+  return s;
+}
+
+// Expects every setting for which `compared(field)` holds to be equal in
+// `a` (what came back) and `b` (what went in), and every other setting of
+// `a` to be at its default; says which setting and through what.
+template <typename Compared>
+void ExpectSame(const RunSettings& a, const RunSettings& b,
+                const std::string& through, Compared compared) {
+  const RunSettings defaults;
+  ForEachSettingPair(
+      a, b, [&](const SettingField& field, const auto& x, const auto& y) {
+        const auto& expected = compared(field) ? y : x;
+        EXPECT_TRUE(x == expected) << field.member << " through " << through;
+      });
+  ForEachSettingPair(
+      a, defaults,
+      [&](const SettingField& field, const auto& x, const auto& def) {
+        if (compared(field)) return;
+        EXPECT_TRUE(x == def) << field.member << " (not in " << through
+                              << ") is not at its default";
+      });
+}
+
+bool All(const SettingField&) { return true; }
+bool IsFlag(const SettingField& f) { return !f.flag.empty(); }
+bool InRound(const SettingField& f) { return !f.Has(kWelcomeOnly); }
+
+TEST(RunSettings, TheTestMovesEveryFieldOffItsDefault) {
+  const RunSettings s = EveryFieldUnusual();
+  const RunSettings defaults;
+  int fields = 0;
+  ForEachSettingPair(
+      s, defaults,
+      [&](const SettingField& field, const auto& x, const auto& def) {
+        EXPECT_FALSE(x == def) << field.member;
+        ++fields;
+      });
+  EXPECT_GE(fields, 20);
+}
+
+TEST(RunSettings, EveryFieldButWelcomeOnlyRoundTripsThroughARoundsJson) {
+  const RunSettings s = EveryFieldUnusual();
+  // Boost.JSON's value_from is the round's JSON.
+  EXPECT_EQ(checkpoint::SettingsToJson(s), json::value_from(s));
+  // Through text, as the store keeps it.
+  const json::value v =
+      json::parse(json::serialize(checkpoint::SettingsToJson(s)));
+  Result<RunSettings> back = checkpoint::SettingsFromJson(v);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ExpectSame(*back, s, "a round's JSON", InRound);
+  // The keys existing rounds have: the members' names, the optimizer's in
+  // an object.
+  EXPECT_EQ(v.at("num_shards"), s.num_shards);
+  EXPECT_EQ(v.at("optimizer").at("kind"), OptimizerName(s.optimizer.kind));
+  EXPECT_FALSE(v.as_object().contains("shard_restart"));
+}
+
+TEST(RunSettings, EveryFieldRoundTripsThroughTheWire) {
+  const RunSettings s = EveryFieldUnusual();
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(WriteRunConfig(fbb, s));
+  const auto* config =
+      flatbuffers::GetRoot<wire::RunConfig>(fbb.GetBufferPointer());
+  Result<RunSettings> back = ReadRunConfig(config);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ExpectSame(*back, s, "the wire", All);
+}
+
+// tether-server's options from `argv` (argv[0] the program), which must
+// parse.
+ServerOptions Parse(const std::vector<std::string>& argv) {
+  std::vector<const char*> args;
+  for (const std::string& a : argv) args.push_back(a.c_str());
+  bool help = false;
+  Result<ServerOptions> o =
+      ParseServerOptions(static_cast<int>(args.size()), args.data(), &help);
+  EXPECT_TRUE(o.ok()) << o.status().ToString();
+  return o.ok() ? *o : ServerOptions{};
+}
+
+TEST(RunSettings, EveryFlagRoundTripsThroughTetherServersFlags) {
+  const RunSettings s = EveryFieldUnusual();
+  std::vector<std::string> argv = {"tether-server", "--data-dir", "/tmp/x"};
+  for (std::string& word : SettingFlags(s, All, AtDefault::kWritten)) {
+    argv.push_back(std::move(word));
+  }
+  const ServerOptions o = Parse(argv);
+  ExpectSame(o.run, s, "tether-server's flags", IsFlag);
+  // Every one counts as given, so that a resumed run takes it.
+  for (const SettingField& f : kSettingFields) {
+    if (IsFlag(f)) {
+      EXPECT_EQ(o.given.count(std::string(f.flag)), 1u) << f.flag;
+    }
+  }
+  // And each is in the usage.
+  const std::string usage = ServerUsage();
+  for (const SettingField& f : kSettingFields) {
+    if (!IsFlag(f)) continue;
+    EXPECT_NE(usage.find("\n  --" + std::string(f.flag)), std::string::npos)
+        << f.flag;
+  }
+}
+
+// `text` split at its spaces (the reproduce line quotes nothing here).
+std::vector<std::string> Words(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string word; in >> word;) out.push_back(word);
+  return out;
+}
+
+TEST(RunSettings, EveryFlagRoundTripsThroughTheReproduceCommand) {
+  const RunSettings s = EveryFieldUnusual();
+  const ServerOptions o = Parse(Words(ReproduceCommand(s)));
+  ExpectSame(o.run, s, "the reproduce command", IsFlag);
+  // Shard 0's own command line gives way to the settings.
+  const ServerOptions again = Parse(
+      Words(ShardCommand({"tether-server", "--shard-id", "0", "--staleness-lr",
+                          "--lr", "5", "--shards=9", "--data-dir", "/tmp/x"},
+                         "", &s)));
+  ExpectSame(again.run, s, "shard 0's command", IsFlag);
+}
+
+// The dashboard's value of a setting read back as its type.
+template <typename T>
+T FromDashboard(const json::value& v) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return std::string(v.as_string());
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v.as_bool();
+  } else if constexpr (std::is_same_v<T, OptimizerKind>) {
+    return *ParseOptimizerKind(std::string(v.as_string()));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return static_cast<T>(v.to_number<double>());
+  } else {
+    return v.to_number<T>();
+  }
+}
+
+TEST(RunSettings, EveryFieldButWelcomeOnlyIsInTheDashboardsConfig) {
+  const RunSettings s = EveryFieldUnusual();
+  Monitor monitor(s);
+  const json::value config = json::parse(*monitor.Document("config"));
+  ForEachSetting(s, [&](const SettingField& field, const auto& value) {
+    const std::string key = DashboardKey(field);
+    const json::value* v = config.as_object().if_contains(key);
+    if (field.Has(kWelcomeOnly)) {
+      EXPECT_EQ(v, nullptr) << key;
+      return;
+    }
+    ASSERT_NE(v, nullptr) << key << " is not in " << config;
+    using T = std::remove_cvref_t<decltype(value)>;
+    EXPECT_TRUE(FromDashboard<T>(*v) == value) << key << ": " << *v;
+  });
+  // The keys web/app.js reads.
+  for (const char* key : {"shards", "workers", "optimizer", "lr",
+                          "max_staleness", "keep_checkpoints", "run_id"}) {
+    EXPECT_TRUE(config.as_object().contains(key)) << key;
+  }
+}
+
+TEST(RunSettings, EveryIdentityFieldIsAMismatchAndEveryFlagResumes) {
+  const RunSettings round = EveryFieldUnusual();
+  const RunSettings defaults;
+  ForEachSettingPair(
+      round, defaults,
+      [&](const SettingField& field, const auto&, const auto&) {
+        if (!IsFlag(field)) return;
+        const std::string flag(field.flag);
+        // Only this setting back at its default, given as a flag.
+        RunSettings now = round;
+        ForEachSettingPair(
+            now, defaults,
+            [&](const SettingField& f, auto& x, const auto& def) {
+              if (&f == &field) x = def;
+            });
+        std::vector<std::string> said;
+        auto s = ResumedSettings(round, now, {flag}, &said);
+        const std::string mismatch = SettingsMismatch(round, now);
+        if (field.Has(kIdentity)) {
+          EXPECT_FALSE(s.ok()) << flag;
+          EXPECT_EQ(mismatch.rfind("--" + flag + " ", 0), 0u) << mismatch;
+        } else {
+          ASSERT_TRUE(s.ok()) << s.status().ToString();
+          ExpectSame(
+              *s, now, "--resume with --" + flag,
+              [](const SettingField& f) { return !f.Has(kWelcomeOnly); });
+          ASSERT_EQ(said.size(), 1u) << flag;
+          EXPECT_EQ(said[0].rfind("--" + flag + " ", 0), 0u) << said[0];
+          EXPECT_EQ(mismatch, "") << flag;
+        }
+      });
+}
 
 RunSettings Round() {
   RunSettings r;
