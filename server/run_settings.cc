@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <type_traits>
 
@@ -21,47 +22,170 @@ std::string NewRunId() {
   return id;
 }
 
+namespace {
+
+// The wire's RunConfig as flatc describes it (flatc --reflect-names): each
+// field's vtable slot and type, found by name. Its fields are the settings
+// under their members' names (the optimizer's kind as "optimizer", by
+// name), so both directions below walk the settings' description and never
+// list a field.
+struct WireSlot {
+  flatbuffers::voffset_t slot = 0;
+  flatbuffers::ElementaryType type = flatbuffers::ET_UTYPE;
+};
+
+std::string_view WireName(const SettingField& field) {
+  return field.member == "kind" ? std::string_view("optimizer") : field.member;
+}
+
+const WireSlot* FindWireSlot(std::string_view name) {
+  static const std::vector<std::pair<std::string, WireSlot>> slots = [] {
+    std::vector<std::pair<std::string, WireSlot>> out;
+    const flatbuffers::TypeTable* table = wire::RunConfigTypeTable();
+    for (size_t i = 0; i < table->num_elems; ++i) {
+      // Field i of a table sits in vtable slot i + 2
+      // (FLATBUFFERS_FIELD_OFFSET).
+      out.push_back({table->names[i],
+                     {static_cast<flatbuffers::voffset_t>(
+                          (i + 2) * sizeof(flatbuffers::voffset_t)),
+                      static_cast<flatbuffers::ElementaryType>(
+                          table->type_codes[i].base_type)}});
+    }
+    return out;
+  }();
+  for (const auto& [n, slot] : slots) {
+    if (n == name) return &slot;
+  }
+  return nullptr;
+}
+
+// How a setting of type T travels: its wire type, and the scalar type
+// FlatBuffers stores it as (a bool as a byte).
+template <typename T>
+constexpr flatbuffers::ElementaryType kWireType =
+    std::is_same_v<T, bool>       ? flatbuffers::ET_BOOL
+    : std::is_same_v<T, int32_t>  ? flatbuffers::ET_INT
+    : std::is_same_v<T, uint32_t> ? flatbuffers::ET_UINT
+    : std::is_same_v<T, int64_t>  ? flatbuffers::ET_LONG
+    : std::is_same_v<T, uint64_t> ? flatbuffers::ET_ULONG
+    : std::is_same_v<T, float>    ? flatbuffers::ET_FLOAT
+                                  : flatbuffers::ET_STRING;
+template <typename T>
+using StoredAs = std::conditional_t<std::is_same_v<T, bool>, uint8_t, T>;
+template <typename T>
+constexpr bool kTravelsAsString =
+    std::is_same_v<T, std::string> || std::is_same_v<T, OptimizerKind>;
+
+// The slot of `field` on the wire. A setting without a field of its type
+// there is a build that cannot talk to itself:
+// RunSettings.EveryDescribedSettingHasAWireFieldOfItsType says so first.
+template <typename T>
+flatbuffers::voffset_t SlotOf(const SettingField& field) {
+  const WireSlot* slot = FindWireSlot(WireName(field));
+  if (slot == nullptr || slot->type != kWireType<T>) {
+    std::fprintf(stderr,
+                 "tether: setting %s has no wire field of its type in "
+                 "schema/tether.fbs (RunConfig)\n",
+                 std::string(field.member).c_str());
+    std::abort();
+  }
+  return slot->slot;
+}
+
+}  // namespace
+
+bool WireCarriesEverySetting(std::string* missing) {
+  RunSettings s;
+  bool ok = true;
+  ForEachSetting(s, [&](const SettingField& field, const auto& value) {
+    using T = std::remove_cvref_t<decltype(value)>;
+    const WireSlot* slot = FindWireSlot(WireName(field));
+    if (slot == nullptr || slot->type != kWireType<T>) {
+      ok = false;
+      if (missing != nullptr) *missing += std::string(field.member) + " ";
+    }
+  });
+  // And nothing on the wire that is not a setting.
+  const flatbuffers::TypeTable* table = wire::RunConfigTypeTable();
+  for (size_t i = 0; i < table->num_elems; ++i) {
+    bool described = false;
+    ForEachSetting(s, [&](const SettingField& field, const auto&) {
+      described = described || WireName(field) == table->names[i];
+    });
+    if (!described) {
+      ok = false;
+      if (missing != nullptr) *missing += std::string(table->names[i]) + " ";
+    }
+  }
+  return ok;
+}
+
 flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
     flatbuffers::FlatBufferBuilder& fbb, const RunSettings& s) {
-  auto optimizer = fbb.CreateString(OptimizerName(s.optimizer.kind));
-  auto run_id = fbb.CreateString(s.run_id);
-  return wire::CreateRunConfig(
-      fbb, s.seed, s.num_shards, s.num_workers, s.max_staleness,
-      s.reject_staleness, s.block_size, s.checkpoint_every, s.resume_round,
-      optimizer, s.optimizer.lr, s.optimizer.momentum, s.optimizer.beta1,
-      s.optimizer.beta2, s.optimizer.epsilon, s.worker_timeout_ms,
-      s.backup_workers, s.staleness_lr, s.heartbeat_ms, s.shard_restart, run_id,
-      s.keep_checkpoints);
+  // Strings are built before the table that points at them.
+  std::vector<std::pair<flatbuffers::voffset_t, flatbuffers::Offset<void>>>
+      strings;
+  ForEachSetting(s, [&](const SettingField& field, const auto& value) {
+    using T = std::remove_cvref_t<decltype(value)>;
+    if constexpr (std::is_same_v<T, OptimizerKind>) {
+      strings.push_back(
+          {SlotOf<T>(field), fbb.CreateString(OptimizerName(value)).Union()});
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      strings.push_back({SlotOf<T>(field), fbb.CreateString(value).Union()});
+    }
+  });
+  const flatbuffers::uoffset_t start = fbb.StartTable();
+  ForEachSetting(s, [&](const SettingField& field, const auto& value) {
+    using T = std::remove_cvref_t<decltype(value)>;
+    if constexpr (!kTravelsAsString<T>) {
+      // Every field, defaults included: readers see each one.
+      fbb.AddElement<StoredAs<T>>(SlotOf<T>(field),
+                                  static_cast<StoredAs<T>>(value));
+    }
+  });
+  for (const auto& [slot, offset] : strings) fbb.AddOffset(slot, offset);
+  return flatbuffers::Offset<wire::RunConfig>(fbb.EndTable(start));
 }
 
 Result<RunSettings> ReadRunConfig(const wire::RunConfig* config) {
-  if (config == nullptr || config->optimizer() == nullptr) {
+  if (config == nullptr) {
     return BadFrame("Welcome carries no run configuration");
   }
+  // The generated table is a flatbuffers::Table underneath.
+  const auto* table = reinterpret_cast<const flatbuffers::Table*>(config);
   RunSettings s;
-  s.seed = config->seed();
-  s.num_shards = config->num_shards();
-  s.num_workers = config->num_workers();
-  s.max_staleness = config->max_staleness();
-  s.reject_staleness = config->reject_staleness();
-  s.block_size = config->block_size();
-  s.checkpoint_every = config->checkpoint_every();
-  s.resume_round = config->resume_round();
-  auto kind = ParseOptimizerKind(config->optimizer()->str());
-  if (!kind.ok()) return BadFrame(kind.status().message());
-  s.optimizer.kind = *kind;
-  s.optimizer.lr = config->lr();
-  s.optimizer.momentum = config->momentum();
-  s.optimizer.beta1 = config->beta1();
-  s.optimizer.beta2 = config->beta2();
-  s.optimizer.epsilon = config->epsilon();
-  s.worker_timeout_ms = config->worker_timeout_ms();
-  s.heartbeat_ms = config->heartbeat_ms();
-  s.backup_workers = config->backup_workers();
-  s.staleness_lr = config->staleness_lr();
-  s.shard_restart = config->shard_restart();
-  s.run_id = config->run_id() ? config->run_id()->str() : "";
-  s.keep_checkpoints = config->keep_checkpoints();
+  Status status;
+  ForEachSetting(s, [&](const SettingField& field, auto& value) {
+    using T = std::remove_cvref_t<decltype(value)>;
+    if (!status.ok()) return;
+    const flatbuffers::voffset_t slot = SlotOf<T>(field);
+    if (!table->CheckField(slot)) {
+      status = BadFrame("the run configuration lacks " +
+                        std::string(WireName(field)));
+      return;
+    }
+    if constexpr (kTravelsAsString<T>) {
+      const auto* text = table->GetPointer<const flatbuffers::String*>(slot);
+      if (text == nullptr) {
+        status = BadFrame("the run configuration lacks " +
+                          std::string(WireName(field)));
+        return;
+      }
+      if constexpr (std::is_same_v<T, OptimizerKind>) {
+        Result<OptimizerKind> kind = ParseOptimizerKind(text->str());
+        if (!kind.ok()) {
+          status = BadFrame(kind.status().message());
+          return;
+        }
+        value = *kind;
+      } else {
+        value = text->str();
+      }
+    } else {
+      value = static_cast<T>(table->GetField<StoredAs<T>>(slot, 0));
+    }
+  });
+  TETHER_RETURN_IF_ERROR(status);
   if (s.num_shards < 1 || s.num_workers < 0 || s.block_size < 1 ||
       s.worker_timeout_ms < 0 || s.heartbeat_ms < 1 || s.backup_workers < 0 ||
       s.keep_checkpoints < 1) {

@@ -54,10 +54,17 @@ BOOST_DESCRIBE_STRUCT(RunSettings, (),
 // A fresh run id: 128 random bits as 32 hex digits.
 std::string NewRunId();
 
+// The wire form, derived from the settings' description
+// (server/settings_fields.h) and flatc's field table of RunConfig: every
+// setting travels in the field of its member's name (the optimizer's kind
+// as "optimizer"), every field written, defaults included.
 flatbuffers::Offset<wire::RunConfig> WriteRunConfig(
     flatbuffers::FlatBufferBuilder& fbb, const RunSettings& settings);
 // kBadFrame when a field is missing or out of range.
 Result<RunSettings> ReadRunConfig(const wire::RunConfig* config);
+// Whether every setting has a RunConfig field of its type and every field
+// is a setting; the ones that do not, in *missing.
+bool WireCarriesEverySetting(std::string* missing);
 
 // A Welcome frame from shard `shard_id`: the run settings and, for a
 // worker, its rank, enforced bound and clock; the shard map when

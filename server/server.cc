@@ -51,6 +51,7 @@ Server::Server(ServerOptions options)
 Server::~Server() {
   try {
     Stop();
+    MarkStarted();  // after a Start() that failed: nothing more is set up
     for (std::thread& t : threads_) {
       if (t.joinable()) t.join();
     }
@@ -170,7 +171,9 @@ Status Server::Start() {
   if (dashboard_) {
     TETHER_LOG(kInfo) << "dashboard at " << dashboard_->url();
   }
-  DoAccept();
+  // On the acceptor's strand, as every other use of it: the I/O threads
+  // run already, and Stop() (a failed resume, a signal) closes it there.
+  asio::post(acceptor_.get_executor(), [this] { DoAccept(); });
   if (!options_.ready_file.empty()) {
     TETHER_RETURN_IF_ERROR(
         WriteFileAtomically(options_.ready_file,
@@ -178,7 +181,15 @@ Status Server::Start() {
                                           address_, dashboard_.get()))
             .WithContext("--ready-file"));
   }
+  MarkStarted();
   return Status::Ok();
+}
+
+void Server::MarkStarted() {
+  // A Stop() that came while Start() was still setting up (a resume the
+  // other shards refused, a signal) left the closing to this point.
+  started_ = true;
+  if (stopping_) CloseAll();
 }
 
 Status Server::StartDashboard() {
@@ -617,6 +628,12 @@ Status Server::Run() {
 
 void Server::Stop() {
   if (stopping_.exchange(true)) return;
+  // Only once Start() has set up what CloseAll() closes: until then it runs
+  // on the I/O threads already, and a Stop() from them waits for it.
+  if (started_) CloseAll();
+}
+
+void Server::CloseAll() {
   asio::post(acceptor_.get_executor(), [this] {
     boost::system::error_code ignored;
     acceptor_.close(ignored);

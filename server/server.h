@@ -85,6 +85,11 @@ class Server {
   Status StartDashboard();  // shard 0, unless --http off
   void SendStats();         // shards > 0: figures to the coordinator
   void CheckSilence();      // evicts silent workers, every timeout / 4
+  // Closes the acceptor, timers, dashboard and sessions, on the I/O
+  // threads; idempotent.
+  void CloseAll();
+  // Start() is done: a Stop() that came meanwhile closes everything now.
+  void MarkStarted();
   void DoAccept();
   void OnAccept(const boost::system::error_code& ec, tcp::socket socket);
 
@@ -116,6 +121,8 @@ class Server {
   Mutex sessions_mu_;
   std::vector<std::weak_ptr<Session>> sessions_ TETHER_GUARDED_BY(sessions_mu_);
   std::atomic<bool> stopping_{false};
+  // Start() has set up everything CloseAll() touches (or failed).
+  std::atomic<bool> started_{false};
   // What Run() returns.
   Status failure_ TETHER_GUARDED_BY(sessions_mu_);
   // Last, so it stops (finishing a write) before what it reports to.

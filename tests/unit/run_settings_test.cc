@@ -117,6 +117,50 @@ TEST(RunSettings, EveryFieldRoundTripsThroughTheWire) {
   ExpectSame(*back, s, "the wire", All);
 }
 
+TEST(RunSettings, EveryDescribedSettingHasAWireFieldOfItsType) {
+  std::string missing;
+  EXPECT_TRUE(WireCarriesEverySetting(&missing)) << missing;
+}
+
+// flatc's own accessors read what the derived writer wrote: the slots it
+// takes from the field table are the generated ones.
+TEST(RunSettings, GeneratedAccessorsReadTheDerivedWireForm) {
+  const RunSettings s = EveryFieldUnusual();
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(WriteRunConfig(fbb, s));
+  flatbuffers::Verifier verifier(fbb.GetBufferPointer(), fbb.GetSize());
+  ASSERT_TRUE(verifier.VerifyBuffer<wire::RunConfig>(nullptr));
+  const auto* c = flatbuffers::GetRoot<wire::RunConfig>(fbb.GetBufferPointer());
+  EXPECT_EQ(c->seed(), s.seed);
+  EXPECT_EQ(c->num_shards(), s.num_shards);
+  EXPECT_EQ(c->block_size(), s.block_size);
+  EXPECT_EQ(c->checkpoint_every(), s.checkpoint_every);
+  EXPECT_EQ(c->optimizer()->str(), OptimizerName(s.optimizer.kind));
+  EXPECT_EQ(c->epsilon(), s.optimizer.epsilon);
+  EXPECT_EQ(c->staleness_lr(), s.staleness_lr);
+  EXPECT_EQ(c->heartbeat_ms(), s.heartbeat_ms);
+  EXPECT_EQ(c->run_id()->str(), s.run_id);
+  EXPECT_EQ(c->keep_checkpoints(), s.keep_checkpoints);
+}
+
+TEST(RunSettings, AWireFormLackingAFieldIsRefusedNamingIt) {
+  // flatc's builder leaves out fields at their schema defaults (seed 0).
+  flatbuffers::FlatBufferBuilder fbb;
+  auto run_id = fbb.CreateString("r");
+  wire::RunConfigBuilder b(fbb);
+  b.add_run_id(run_id);
+  b.add_num_shards(2);
+  b.add_num_workers(2);
+  b.add_seed(0);  // the default: left out
+  fbb.Finish(b.Finish());
+  Result<RunSettings> back = ReadRunConfig(
+      flatbuffers::GetRoot<wire::RunConfig>(fbb.GetBufferPointer()));
+  ASSERT_FALSE(back.ok());
+  EXPECT_EQ(back.status().code(), Code::kBadFrame);
+  EXPECT_NE(back.status().message().find("lacks seed"), std::string::npos)
+      << back.status().message();
+}
+
 // tether-server's options from `argv` (argv[0] the program), which must
 // parse.
 ServerOptions Parse(const std::vector<std::string>& argv) {
