@@ -14,15 +14,10 @@
 namespace tether {
 namespace {
 
-std::string PeerOf(const tcp::socket& socket) {
-  boost::system::error_code ec;
-  auto ep = socket.remote_endpoint(ec);
-  if (ec) return "unknown peer";
-  return HostPort{ep.address().to_string(), ep.port()}.ToString();
-}
-
 bool IsNormalEnding(const boost::system::error_code& ec) {
-  return ec == asio::error::eof || ec == asio::error::operation_aborted ||
+  // A TLS peer that closes without close_notify: as eof on plain TCP.
+  return ec == asio::error::eof || ec == asio::ssl::error::stream_truncated ||
+         ec == asio::error::operation_aborted ||
          ec == asio::error::connection_reset ||
          ec == asio::error::broken_pipe || ec == asio::error::not_connected ||
          ec == asio::error::connection_aborted;
@@ -30,14 +25,14 @@ bool IsNormalEnding(const boost::system::error_code& ec) {
 
 }  // namespace
 
-Connection::Connection(tcp::socket socket, ConnectionOptions options)
+Connection::Connection(Stream stream, ConnectionOptions options)
     : options_(options),
-      peer_(PeerOf(socket)),
-      socket_(std::move(socket)),
-      strand_(asio::make_strand(socket_.get_executor())),
+      peer_(PeerAddress(stream.socket())),
+      stream_(std::move(stream)),
+      strand_(asio::make_strand(stream_.socket().get_executor())),
       deadline_(strand_) {
   boost::system::error_code ignored;
-  socket_.set_option(tcp::no_delay(true), ignored);
+  stream_.socket().set_option(tcp::no_delay(true), ignored);
 }
 
 Connection::~Connection() = default;
@@ -60,11 +55,13 @@ void Connection::DoReadHeader() {
     reading_paused_ = true;  // OnWrite resumes once the queue drains
     return;
   }
-  asio::async_read(socket_, asio::buffer(header_),
-                   asio::bind_executor(
-                       strand_, [self = shared_from_this()](auto ec, size_t n) {
-                         self->OnReadHeader(ec, n);
-                       }));
+  stream_.Visit([this](auto& stream) {
+    asio::async_read(stream, asio::buffer(header_),
+                     asio::bind_executor(strand_, [self = shared_from_this()](
+                                                      auto ec, size_t n) {
+                       self->OnReadHeader(ec, n);
+                     }));
+  });
 }
 
 void Connection::OnReadHeader(const boost::system::error_code& ec, size_t n) {
@@ -77,15 +74,24 @@ void Connection::OnReadHeader(const boost::system::error_code& ec, size_t n) {
                                        : Unavailable(ec.message()));
   }
   bytes_in_ += n;
+  // A TLS record (a handshake, TLS 1.x) where the first frame should be.
+  if (bytes_in_ == n && !stream_.tls() && header_[0] == 0x16 &&
+      header_[1] == 0x03) {
+    return FailRead(ProtocolError(
+        "the peer opened a TLS handshake, but this end speaks plain TCP "
+        "(started without --tls-cert)"));
+  }
   auto length = ParseFrameHeader(header_, options_.max_frame_bytes);
   if (!length.ok()) return FailRead(length.status());
   incoming_ = Frame(*length);
-  asio::async_read(socket_,
-                   asio::buffer(incoming_.body(), incoming_.body_size()),
-                   asio::bind_executor(
-                       strand_, [self = shared_from_this()](auto ec, size_t n) {
-                         self->OnReadBody(ec, n);
-                       }));
+  stream_.Visit([this](auto& stream) {
+    asio::async_read(
+        stream, asio::buffer(incoming_.body(), incoming_.body_size()),
+        asio::bind_executor(strand_,
+                            [self = shared_from_this()](auto ec, size_t n) {
+                              self->OnReadBody(ec, n);
+                            }));
+  });
 }
 
 void Connection::OnReadBody(const boost::system::error_code& ec, size_t n) {
@@ -162,11 +168,13 @@ void Connection::DoWrite() {
   pieces.reserve(2 * queue_.front()->splices().size() + 1);
   queue_.front()->ForEachPiece(
       [&pieces](const uint8_t* p, size_t n) { pieces.emplace_back(p, n); });
-  asio::async_write(socket_, pieces,
-                    asio::bind_executor(strand_, [self = shared_from_this()](
-                                                     auto ec, size_t n) {
-                      self->OnWrite(ec, n);
-                    }));
+  stream_.Visit([this, &pieces](auto& stream) {
+    asio::async_write(stream, pieces,
+                      asio::bind_executor(strand_, [self = shared_from_this()](
+                                                       auto ec, size_t n) {
+                        self->OnWrite(ec, n);
+                      }));
+  });
 }
 
 void Connection::OnWrite(const boost::system::error_code& ec, size_t n) {
@@ -232,8 +240,8 @@ void Connection::Shutdown(const Status& why) {
   closed_ = true;
   deadline_.cancel();
   boost::system::error_code ignored;
-  socket_.shutdown(tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  stream_.socket().close(ignored);
   while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
   on_frame_ = nullptr;
   if (on_close_) {
@@ -268,9 +276,9 @@ Result<HostPort> Listen(tcp::acceptor& acceptor, const std::string& listen,
   return HostPort{hp.host, acceptor.local_endpoint().port()};
 }
 
-Result<tcp::socket> ConnectWithRetry(asio::io_context& io,
-                                     const HostPort& address,
-                                     const std::string& what, int timeout_ms) {
+Result<Stream> ConnectWithRetry(asio::io_context& io, const HostPort& address,
+                                const std::string& what, int timeout_ms,
+                                std::shared_ptr<asio::ssl::context> tls) {
   auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   tcp::resolver resolver(io);
@@ -279,18 +287,26 @@ Result<tcp::socket> ConnectWithRetry(asio::io_context& io,
     boost::system::error_code ec;
     auto endpoints =
         resolver.resolve(address.host, std::to_string(address.port), ec);
-    if (ec == asio::error::host_not_found) {
-      // Waiting will not make a mistyped name exist.
-      return Unavailable("cannot reach " + what + " at " + address.ToString() +
-                         ": the host name '" + address.host +
-                         "' does not resolve (" + ec.message() + ")");
-    }
     if (!ec) {
       tcp::socket socket(io);
       asio::connect(socket, endpoints, ec);
-      if (!ec) return socket;
+      if (!ec) {
+        auto stream = TlsConnect(std::move(socket), tls, timeout_ms);
+        if (!stream.ok()) {
+          return stream.status().WithContext("cannot reach " + what + " at " +
+                                             address.ToString());
+        }
+        return stream;
+      }
+      last_error = ec.message();
+    } else if (ec == asio::error::host_not_found ||
+               ec == asio::error::host_not_found_try_again) {
+      // A name that does not exist yet (a pod not scheduled) may appear.
+      last_error = "the host name '" + address.host + "' does not resolve (" +
+                   ec.message() + ")";
+    } else {
+      last_error = ec.message();
     }
-    last_error = ec.message();
     if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

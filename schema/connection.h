@@ -1,4 +1,5 @@
-// A framed, asynchronous TCP connection used by shards and clients alike.
+// A framed, asynchronous TCP connection used by shards and clients alike,
+// over plain TCP or TLS (schema/stream.h).
 //
 // Reads one frame at a time, checks its length against the limit before
 // allocating, verifies it, and hands it to the owner's frame handler on the
@@ -26,6 +27,7 @@
 #include "schema/flags.h"
 #include "schema/frame.h"
 #include "schema/status.h"
+#include "schema/stream.h"
 
 namespace tether {
 
@@ -52,8 +54,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // close by either side, otherwise the reason.
   using CloseHandler = std::function<void(const Status& why)>;
 
-  // `socket` must be connected and use an executor of an io_context.
-  Connection(tcp::socket socket, ConnectionOptions options);
+  // `stream` must be connected (its TLS handshake done) and use an
+  // executor of an io_context.
+  Connection(Stream stream, ConnectionOptions options);
   ~Connection();
 
   // Starts reading. Call once.
@@ -94,7 +97,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Constant after construction.
   const ConnectionOptions options_;
   const std::string peer_;
-  tcp::socket socket_;
+  Stream stream_;
   asio::strand<asio::any_io_executor> strand_;
   asio::steady_timer deadline_;                // on the strand
   asio::steady_timer::time_point started_;     // on the strand
@@ -123,12 +126,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 Result<HostPort> Listen(tcp::acceptor& acceptor, const std::string& listen,
                         const std::string& flag);
 
-// Resolves and connects to `address`, retrying refused connections until
-// `timeout_ms` has passed. Blocking; returns kUnavailable naming `what` and
-// the address when it cannot connect. A host name that does not exist
-// (not a resolver that is down for now) fails at once, saying so.
-Result<tcp::socket> ConnectWithRetry(asio::io_context& io,
-                                     const HostPort& address,
-                                     const std::string& what, int timeout_ms);
+// Resolves and connects to `address`, retrying refused connections and
+// host names that do not resolve yet (a Kubernetes pod's DNS name appears
+// once the pod is scheduled) until `timeout_ms` has passed; then, with
+// `tls`, runs the client's TLS handshake (the io_context must then be run
+// by other threads). Blocking; returns kUnavailable naming `what`, the
+// address and the last reason when it cannot connect.
+Result<Stream> ConnectWithRetry(
+    asio::io_context& io, const HostPort& address, const std::string& what,
+    int timeout_ms, std::shared_ptr<asio::ssl::context> tls = nullptr);
 
 }  // namespace tether

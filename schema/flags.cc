@@ -267,7 +267,35 @@ Status FlagParser::Parse(int argc, const char* const* argv) {
     TETHER_RETURN_IF_ERROR(flag->set(value));
     set_.insert(name);
   }
+  if (env_prefix_.empty()) return Status::Ok();
+  for (const Flag& f : flags_) {
+    if (set_.count(f.name) > 0) continue;
+    const std::string variable = EnvironmentName(f.name);
+    const char* value = std::getenv(variable.c_str());
+    if (value == nullptr) continue;
+    // A boolean variable set but empty means true, as a bare flag does.
+    std::string text = value;
+    if (f.is_bool && text.empty()) text = "true";
+    if (Status s = f.set(text); !s.ok()) {
+      return InvalidArgument("environment variable " + variable + ": " +
+                             s.message());
+    }
+    set_.insert(f.name);
+    from_environment_.push_back(f.name);
+  }
   return Status::Ok();
+}
+
+std::string FlagParser::EnvironmentName(const std::string& flag) const {
+  if (env_prefix_.empty()) return "";
+  std::string name = env_prefix_;
+  for (char c : flag) {
+    name +=
+        c == '-'
+            ? '_'
+            : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return name;
 }
 
 std::optional<int> FlagParser::ParseForMain(int argc, const char* const* argv,
@@ -300,6 +328,13 @@ std::string FlagParser::Usage() const {
     out << "\n";
   }
   out << "  -h, --help\n      print this text\n";
+  if (!env_prefix_.empty()) {
+    out << "\nEvery flag may also be given as an environment variable: "
+        << env_prefix_
+        << "<FLAG> in upper case with '-' as '_' (--auth-key-file: "
+        << EnvironmentName("auth-key-file")
+        << "). A flag on the command line wins over its variable.\n";
+  }
   return out.str();
 }
 

@@ -83,6 +83,20 @@ class FlagParser {
   std::optional<int> ParseForMain(int argc, const char* const* argv,
                                   bool positional_allowed = false);
 
+  // Every flag may also be given as the environment variable `prefix`
+  // followed by its name in upper case with '-' as '_' (with "TETHER_",
+  // --shard-id is TETHER_SHARD_ID), as Kubernetes and Slurm hand settings
+  // to a process. A flag on the command line wins over its variable.
+  // Parse reads the variables after argv; errors name the variable and the
+  // flag. Call before Parse.
+  void UseEnvironment(std::string prefix) { env_prefix_ = std::move(prefix); }
+  // The variable that stands for `flag` ("" without UseEnvironment).
+  std::string EnvironmentName(const std::string& flag) const;
+  // Flags whose value came from the environment, in flag order.
+  const std::vector<std::string>& from_environment() const {
+    return from_environment_;
+  }
+
   bool help_requested() const { return help_requested_; }
   bool WasSet(const std::string& name) const { return set_.count(name) > 0; }
   const std::vector<std::string>& positional() const { return positional_; }
@@ -105,6 +119,8 @@ class FlagParser {
   std::vector<Flag> flags_;
   std::set<std::string> set_;
   std::vector<std::string> positional_;
+  std::string env_prefix_;
+  std::vector<std::string> from_environment_;
   bool help_requested_ = false;
 };
 

@@ -27,6 +27,19 @@ bool Coordinator::MapComplete() const {
   return true;
 }
 
+Status Coordinator::Readiness() const {
+  MutexLock lock(&mu_);
+  if (!stopped_.empty()) return Unavailable("the run was stopped: " + stopped_);
+  int registered = 0;
+  for (const std::string& a : shard_addresses_) registered += !a.empty();
+  if (registered < static_cast<int>(shard_addresses_.size())) {
+    return Unavailable(std::to_string(registered) + " of " +
+                       std::to_string(shard_addresses_.size()) +
+                       " shards registered");
+  }
+  return Status::Ok();
+}
+
 int Coordinator::JoinedWorkers() const {
   int n = 0;
   for (const Connection* c : worker_conns_) n += c != nullptr;

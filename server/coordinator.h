@@ -126,6 +126,11 @@ class Coordinator {
   // kUnavailable when the run was stopped already.
   Result<int> StopRun(const std::string& reason) TETHER_EXCLUDES(mu_);
 
+  // OK once every shard has registered and the run goes on (for /readyz);
+  // otherwise why not: shards still missing, a resume not done, the run
+  // stopped.
+  Status Readiness() const TETHER_EXCLUDES(mu_);
+
  private:
   struct Waiting {
     std::shared_ptr<Connection> conn;

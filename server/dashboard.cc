@@ -5,7 +5,9 @@
 
 #include "schema/auth.h"
 #include "schema/log.h"
+#include "server/health.h"
 #include "server/json_text.h"
+#include "server/options.h"
 #include "server/web_assets.h"
 
 namespace tether {
@@ -107,13 +109,7 @@ Status Dashboard::CheckExposure() const {
                          "the run; POST endpoints need the token";
     return Status::Ok();
   }
-  if (!options_.insecure) {
-    return InvalidArgument(
-        "--http " + options_.http.listen +
-        " is not a loopback address: give --http-token-file (the "
-        "dashboard's token), or --insecure to let anyone who reaches it "
-        "read the run");
-  }
+  TETHER_RETURN_IF_ERROR(DashboardExposure(options_, false));
   TETHER_LOG(kWarning) << "dashboard: no --http-token-file (--insecure): "
                           "anyone who reaches "
                        << http_->address() << " can read the run";
@@ -121,7 +117,7 @@ Status Dashboard::CheckExposure() const {
 }
 
 std::string Dashboard::url() const {
-  return "http://" + http_->address() + "/";
+  return (http_->tls() ? "https://" : "http://") + http_->address() + "/";
 }
 
 void Dashboard::Stop() {
@@ -160,7 +156,8 @@ HttpResponse Dashboard::CheckpointNow() {
 
 std::optional<HttpResponse> Dashboard::Refuse(const HttpRequest& request) {
   // A page on another site must not make the cluster do things.
-  if (!request.origin.empty() && request.origin != "http://" + request.host) {
+  const char* scheme = http_->tls() ? "https://" : "http://";
+  if (!request.origin.empty() && request.origin != scheme + request.host) {
     LogRefusal(request, "cross-origin (Origin " + ForLog(request.origin) + ")");
     return Error(403,
                  "cross-origin request from " + request.origin + " refused");
@@ -207,6 +204,10 @@ HttpResponse Dashboard::StopRun() {
 HttpResponse Dashboard::Handle(const HttpRequest& request) {
   const std::string& path = request.target;
   const bool get = request.method == "GET";
+  if (auto probe =
+          HealthAnswer(request, [this] { return coordinator_->Readiness(); })) {
+    return *probe;
+  }
   if (path == "/api/checkpoint" || path == "/api/stop") {
     if (request.method != "POST") return MethodNotAllowed(request, "POST");
     if (auto refused = Refuse(request)) return *refused;

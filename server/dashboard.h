@@ -37,7 +37,7 @@ class Dashboard : public std::enable_shared_from_this<Dashboard> {
   // kInvalidArgument when that address is not a loopback one and there is
   // neither --http-token-file nor --insecure.
   Status Start();
-  // "http://HOST:PORT/"
+  // "http://HOST:PORT/", or "https://HOST:PORT/" with TLS
   std::string url() const;
   Monitor& monitor() { return monitor_; }
   void Stop();

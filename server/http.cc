@@ -6,16 +6,20 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <deque>
 #include <map>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "schema/connection.h"
 #include "schema/flags.h"
 #include "schema/log.h"
 #include "schema/mutex.h"
+#include "schema/tls.h"
 
 namespace tether {
 namespace asio = boost::asio;
@@ -134,6 +138,23 @@ class Closable {
   virtual void Close() = 0;
 };
 
+// A WebSocket client as Publish sees it, whichever stream it runs on.
+class Subscriber : public Closable {
+ public:
+  // Any thread; the message goes out in the order of Send calls, unless
+  // the greeting covered it (`seq` is not after the greeting's).
+  virtual void Send(std::shared_ptr<const std::string> message,
+                    uint64_t seq) = 0;
+};
+
+// The two streams a session runs on: plain TCP, or TLS over it (HTTPS and
+// WSS, with HttpOptions::tls). The session logic is the same for both;
+// what differs (the handshake, TLS's close_notify) is `if constexpr`.
+using PlainStream = beast::tcp_stream;
+using HttpsStream = beast::ssl_stream<beast::tcp_stream>;
+template <class Stream>
+constexpr bool kTls = std::is_same_v<Stream, HttpsStream>;
+
 using RequestParser = http::request_parser<http::string_body>;
 
 // A parser for one request under the dashboard's limits.
@@ -144,14 +165,16 @@ void Limit(RequestParser& parser, const HttpOptions& options) {
 
 // A connection that ended the ordinary way: the peer closed it (a browser
 // closing its tab: end of stream, a reset, a socket no longer connected,
-// a broken pipe), or the server is stopping. Logged at debug, not as news.
+// a broken pipe, a TLS connection closed without its close_notify), or
+// the server is stopping. Logged at debug, not as news.
 bool OrdinaryEnding(const beast::error_code& ec) {
   return ec == http::error::end_of_stream || ec == asio::error::eof ||
          ec == websocket::error::closed ||
          ec == asio::error::connection_reset ||
          ec == asio::error::connection_aborted ||
          ec == asio::error::not_connected || ec == asio::error::broken_pipe ||
-         ec == asio::error::operation_aborted;
+         ec == asio::error::operation_aborted ||
+         ec == asio::ssl::error::stream_truncated;
 }
 
 // The status and text a request the parser refused is answered with.
@@ -183,6 +206,14 @@ HttpRequest ToRequest(http::request<http::string_body>& request,
                      std::move(peer)};
 }
 
+// "HOST:PORT" of the client, for logs; "?" once the socket is gone.
+std::string PeerOf(beast::tcp_stream& stream) {
+  beast::error_code ec;
+  auto ep = stream.socket().remote_endpoint(ec);
+  return ec ? std::string("?")
+            : ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
 }  // namespace
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
@@ -211,24 +242,30 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   tcp::acceptor acceptor;
   std::string address;
   bool loopback = false;
+  // Set by Bind(), before any session: null serves plain HTTP.
+  std::shared_ptr<asio::ssl::context> https;
   Places places;
   std::atomic<uint64_t> dropped{0};
   std::atomic<bool> stopped{false};
 
   mutable Mutex mu;
   std::vector<std::weak_ptr<Closable>> open TETHER_GUARDED_BY(mu);
-  class WebSocketSession;
-  std::vector<std::weak_ptr<WebSocketSession>> websockets TETHER_GUARDED_BY(mu);
+  std::vector<std::weak_ptr<Subscriber>> websockets TETHER_GUARDED_BY(mu);
 };
+
+namespace {
+
+using Server = HttpServer::Impl;
 
 // A WebSocket client: its greeting, then every published message, in
 // order. Writes one message at a time; when more than options.ws_queue are
 // waiting, or the peer stops answering pings, the client is dropped.
-class HttpServer::Impl::WebSocketSession
-    : public Closable,
-      public std::enable_shared_from_this<WebSocketSession> {
+template <class Stream>
+class WebSocketSession
+    : public Subscriber,
+      public std::enable_shared_from_this<WebSocketSession<Stream>> {
  public:
-  WebSocketSession(std::shared_ptr<Impl> server, beast::tcp_stream stream,
+  WebSocketSession(std::shared_ptr<Server> server, Stream stream,
                    std::unique_ptr<Slot> slot)
       : server_(std::move(server)),
         ws_(std::move(stream)),
@@ -249,22 +286,20 @@ class HttpServer::Impl::WebSocketSession
           res.set(http::field::server, "tether");
         }));
     ws_.async_accept(request,
-                     [self = shared_from_this()](beast::error_code ec) {
+                     [self = this->shared_from_this()](beast::error_code ec) {
                        self->OnAccept(ec);
                      });
   }
 
-  // Any thread; the message goes out in the order of Send calls, unless
-  // the greeting covered it (`seq` is not after the greeting's).
-  void Send(std::shared_ptr<const std::string> message, uint64_t seq) {
-    asio::post(ws_.get_executor(), [self = shared_from_this(), seq,
+  void Send(std::shared_ptr<const std::string> message, uint64_t seq) override {
+    asio::post(ws_.get_executor(), [self = this->shared_from_this(), seq,
                                     message = std::move(message)]() mutable {
       if (seq > self->greeted_seq_) self->Enqueue(std::move(message));
     });
   }
 
   void Close() override {
-    asio::post(ws_.get_executor(), [self = shared_from_this()] {
+    asio::post(ws_.get_executor(), [self = this->shared_from_this()] {
       self->Fail("closed: the server stops", LogLevel::kDebug);
     });
   }
@@ -278,7 +313,7 @@ class HttpServer::Impl::WebSocketSession
         return Fail("closed: the server stops", LogLevel::kDebug);
       }
       std::erase_if(server_->websockets, [](auto& w) { return w.expired(); });
-      server_->websockets.push_back(shared_from_this());
+      server_->websockets.push_back(this->shared_from_this());
     }
     // Built after joining the list, without the lock: a message published
     // from now on is either covered by the greeting (and skipped) or newer.
@@ -291,7 +326,7 @@ class HttpServer::Impl::WebSocketSession
 
   void DoRead() {
     ws_.async_read(
-        in_, [self = shared_from_this()](beast::error_code ec, size_t) {
+        in_, [self = this->shared_from_this()](beast::error_code ec, size_t) {
           if (ec == beast::error::timeout) {
             // It stopped answering pings: a browser gone, or one not reading.
             ++self->server_->dropped;
@@ -316,26 +351,27 @@ class HttpServer::Impl::WebSocketSession
 
   void DoWrite() {
     ws_.text(true);
-    ws_.async_write(asio::buffer(*queue_.front()),
-                    [self = shared_from_this()](beast::error_code ec, size_t) {
-                      if (ec == beast::error::timeout) {
-                        ++self->server_->dropped;  // it stopped reading
-                        return self->Fail("dropped: write timed out");
-                      }
-                      if (ec) {
-                        return self->Fail("write: " + ec.message(),
-                                          LevelFor(ec));
-                      }
-                      self->queue_.pop_front();
-                      if (!self->queue_.empty()) self->DoWrite();
-                    });
+    ws_.async_write(
+        asio::buffer(*queue_.front()),
+        [self = this->shared_from_this()](beast::error_code ec, size_t) {
+          if (ec == beast::error::timeout) {
+            ++self->server_->dropped;  // it stopped reading
+            return self->Fail("dropped: write timed out");
+          }
+          if (ec) {
+            return self->Fail("write: " + ec.message(), LevelFor(ec));
+          }
+          self->queue_.pop_front();
+          if (!self->queue_.empty()) self->DoWrite();
+        });
   }
 
   static LogLevel LevelFor(const beast::error_code& ec) {
     return OrdinaryEnding(ec) ? LogLevel::kDebug : LogLevel::kInfo;
   }
 
-  // Closes the connection once, logging `why` at `level`.
+  // Closes the connection once, logging `why` at `level`. A dropped TLS
+  // client is cut off too, without a close_notify: it is not listening.
   void Fail(const std::string& why, LogLevel level = LogLevel::kInfo) {
     if (closed_) return;
     closed_ = true;
@@ -349,79 +385,109 @@ class HttpServer::Impl::WebSocketSession
     beast::get_lowest_layer(ws_).close();
   }
 
-  const std::shared_ptr<Impl> server_;
-  websocket::stream<beast::tcp_stream> ws_;
+  const std::shared_ptr<Server> server_;
+  websocket::stream<Stream> ws_;
   std::unique_ptr<Slot> slot_;
   beast::flat_buffer in_;
   std::deque<std::shared_ptr<const std::string>> queue_;  // on the strand
   bool closed_ = false;                                   // on the strand
   uint64_t greeted_seq_ = 0;                              // on the strand
-  std::string peer_ = [this] {
-    beast::error_code ec;
-    auto ep = beast::get_lowest_layer(ws_).socket().remote_endpoint(ec);
-    return ec ? std::string("?")
-              : ep.address().to_string() + ":" + std::to_string(ep.port());
-  }();
+  const std::string peer_ = PeerOf(beast::get_lowest_layer(ws_));
 };
 
-namespace {
-
-// One HTTP connection: requests in turn (keep-alive), each read whole
-// within the timeout, each answered by the handler; an upgrade on the
-// WebSocket path becomes a WebSocketSession.
+// One HTTP connection: over TLS, the handshake first; then requests in
+// turn (keep-alive), each read whole within the timeout, each answered by
+// the handler; an upgrade on the WebSocket path becomes a
+// WebSocketSession on the same stream.
+template <class Stream>
 class HttpSession : public Closable,
-                    public std::enable_shared_from_this<HttpSession> {
+                    public std::enable_shared_from_this<HttpSession<Stream>> {
  public:
-  using Server = HttpServer::Impl;
-
   // `slot` is the connection's place under the caps; null when it got
-  // none, and is answered 503 with `refusal`.
-  HttpSession(std::shared_ptr<Server> server, tcp::socket socket,
+  // none, and is answered 503 with `refusal` (over TLS: closed at once, as
+  // a handshake would let a client over the cap hold connections for
+  // --http-timeout-ms each; the refusal is logged by Places).
+  HttpSession(std::shared_ptr<Server> server, Stream stream,
               std::unique_ptr<Slot> slot, std::string refusal)
       : server_(std::move(server)),
-        stream_(std::move(socket)),
+        stream_(std::move(stream)),
         slot_(std::move(slot)),
         refusal_(std::move(refusal)) {}
 
   void Start() {
-    asio::dispatch(stream_.get_executor(), [self = shared_from_this()] {
-      if (self->slot_ == nullptr) {
-        return self->Answer(503, self->refusal_, false);
+    asio::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      if constexpr (kTls<Stream>) {
+        if (self->slot_ == nullptr) return self->Lowest().close();
+        return self->DoHandshake();
+      } else {
+        if (self->slot_ == nullptr) {
+          return self->Answer(503, self->refusal_, false);
+        }
+        self->DoRead();
       }
-      self->DoRead();
     });
   }
 
   void Close() override {
-    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+    asio::post(stream_.get_executor(), [self = this->shared_from_this()] {
       beast::error_code ignored;
-      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-      self->stream_.close();
+      self->Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+      self->Lowest().close();
     });
   }
 
  private:
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+  std::chrono::milliseconds Timeout() const {
+    return std::chrono::milliseconds(server_->options.timeout_ms);
+  }
+
+  // TLS only: within the time a request has to arrive in. A client that
+  // fails it (one speaking plain HTTP, say) gets no answer, only a line in
+  // the log.
+  void DoHandshake() {
+    Lowest().expires_after(Timeout());
+    stream_.async_handshake(
+        asio::ssl::stream_base::server,
+        [self = this->shared_from_this()](beast::error_code ec) {
+          if (!ec) return self->DoRead();
+          if (ec == asio::error::operation_aborted) {
+            TETHER_LOG(kDebug) << "dashboard: TLS handshake with "
+                               << self->Peer() << " stopped (the server stops)";
+          } else {
+            TETHER_LOG(kInfo) << "dashboard: TLS handshake with "
+                              << self->Peer() << " failed: "
+                              << (ec == beast::error::timeout
+                                      ? "timed out (--http-timeout-ms)"
+                                      : TlsError(ec));
+          }
+          self->Lowest().close();
+        });
+  }
+
   void DoRead() {
     parser_.emplace();
     Limit(*parser_, server_->options);
-    stream_.expires_after(
-        std::chrono::milliseconds(server_->options.timeout_ms));
+    Lowest().expires_after(Timeout());
     http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->OnRead(ec);
-                     });
+                     [self = this->shared_from_this()](
+                         beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
   void OnRead(beast::error_code ec) {
     if (OrdinaryEnding(ec)) {
       TETHER_LOG(kDebug) << "dashboard: " << Peer()
                          << " closed the connection (" << ec.message() << ")";
-      return stream_.close();
+      if constexpr (kTls<Stream>) {
+        // Its close_notify came: answer with ours.
+        if (ec == http::error::end_of_stream) return Shutdown();
+      }
+      return Lowest().close();
     }
     if (ec == beast::error::timeout) {
       TETHER_LOG(kDebug) << "dashboard: request from " << Peer()
                          << " timed out (--http-timeout-ms)";
-      return stream_.close();
+      return Lowest().close();
     }
     if (ec) {
       auto [status, why] = Refusal(ec);
@@ -429,29 +495,31 @@ class HttpSession : public Closable,
     }
 
     http::request<http::string_body> request = parser_->release();
-    if (websocket::is_upgrade(request)) {
-      const std::string target = PathOf(request);
-      if (target != server_->websocket_path) {
-        return Answer(404, "no WebSocket at " + target, false);
-      }
-      // Browsers let any site open WebSockets anywhere; only the page's
-      // own origin may (tools that send no Origin are welcome).
-      std::string origin(request[http::field::origin]);
-      if (!origin.empty() &&
-          origin != "http://" + std::string(request[http::field::host])) {
-        TETHER_LOG(kWarning)
-            << "dashboard: refused WebSocket " << target << " from " << Peer()
-            << ": cross-origin (Origin " << ForLog(origin) << ")";
-        return Answer(403, "cross-origin WebSocket from " + origin + " refused",
-                      false);
-      }
-      auto ws = std::make_shared<Server::WebSocketSession>(
-          server_, std::move(stream_), std::move(slot_));
-      server_->Track(ws);
-      return ws->Start(std::move(request));
-    }
+    if (websocket::is_upgrade(request)) return Upgrade(std::move(request));
     HttpResponse answer = server_->handler(ToRequest(request, Peer()));
     Write(answer, request.keep_alive(), request.version());
+  }
+
+  void Upgrade(http::request<http::string_body> request) {
+    const std::string target = PathOf(request);
+    if (target != server_->websocket_path) {
+      return Answer(404, "no WebSocket at " + target, false);
+    }
+    // Browsers let any site open WebSockets anywhere; only the page's
+    // own origin may (tools that send no Origin are welcome).
+    std::string origin(request[http::field::origin]);
+    if (!origin.empty() &&
+        origin != kScheme + std::string(request[http::field::host])) {
+      TETHER_LOG(kWarning) << "dashboard: refused WebSocket " << target
+                           << " from " << Peer() << ": cross-origin (Origin "
+                           << ForLog(origin) << ")";
+      return Answer(403, "cross-origin WebSocket from " + origin + " refused",
+                    false);
+    }
+    auto ws = std::make_shared<WebSocketSession<Stream>>(
+        server_, std::move(stream_), std::move(slot_));
+    server_->Track(ws);
+    ws->Start(std::move(request));
   }
 
   void Answer(int status, const std::string& text, bool keep_alive) {
@@ -479,35 +547,62 @@ class HttpSession : public Closable,
     res->body() = answer.body;
     res->keep_alive(keep_alive);
     res->prepare_payload();
-    stream_.expires_after(
-        std::chrono::milliseconds(server_->options.timeout_ms));
+    Lowest().expires_after(Timeout());
     http::async_write(stream_, *res,
-                      [self = shared_from_this(), res, keep_alive](
+                      [self = this->shared_from_this(), res, keep_alive](
                           beast::error_code ec, size_t) {
-                        if (ec || !keep_alive) {
-                          beast::error_code ignored;
-                          self->stream_.socket().shutdown(
-                              tcp::socket::shutdown_send, ignored);
-                          return self->stream_.close();
-                        }
+                        if (ec || !keep_alive) return self->End(ec);
                         self->DoRead();
                       });
   }
 
-  std::string Peer() {
-    beast::error_code ec;
-    auto ep = stream_.socket().remote_endpoint(ec);
-    return ec ? std::string("?")
-              : ep.address().to_string() + ":" + std::to_string(ep.port());
+  // After the last answer (or a failed write): plain TCP half-closes;
+  // TLS sends its close_notify unless the write failed.
+  void End(beast::error_code ec) {
+    if constexpr (kTls<Stream>) {
+      if (!ec) return Shutdown();
+    }
+    beast::error_code ignored;
+    Lowest().socket().shutdown(tcp::socket::shutdown_send, ignored);
+    Lowest().close();
   }
 
+  // TLS's close_notify both ways, within the timeout; the socket is closed
+  // however that ends.
+  void Shutdown() {
+    Lowest().expires_after(Timeout());
+    stream_.async_shutdown(
+        [self = this->shared_from_this()](beast::error_code ec) {
+          if (ec && !OrdinaryEnding(ec)) {
+            TETHER_LOG(kDebug) << "dashboard: TLS shutdown with "
+                               << self->Peer() << ": " << TlsError(ec);
+          }
+          self->Lowest().close();
+        });
+  }
+
+  std::string Peer() { return PeerOf(Lowest()); }
+
+  // What a page served here calls its origin.
+  static constexpr const char* kScheme = kTls<Stream> ? "https://" : "http://";
+
   const std::shared_ptr<Server> server_;
-  beast::tcp_stream stream_;
+  Stream stream_;
   std::unique_ptr<Slot> slot_;
   const std::string refusal_;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<RequestParser> parser_;
 };
+
+// Starts a session for an accepted connection, tracked for Stop().
+template <class Stream>
+void Open(const std::shared_ptr<Server>& server, Stream stream,
+          std::unique_ptr<Slot> slot, std::string refusal) {
+  auto session = std::make_shared<HttpSession<Stream>>(
+      server, std::move(stream), std::move(slot), std::move(refusal));
+  server->Track(session);
+  session->Start();
+}
 
 }  // namespace
 
@@ -524,10 +619,13 @@ void HttpServer::Impl::DoAccept() {
               socket.remote_endpoint(ignored).address();
           std::string refusal;
           std::unique_ptr<Slot> slot = self->places.Take(from, &refusal);
-          auto session = std::make_shared<HttpSession>(
-              self, std::move(socket), std::move(slot), std::move(refusal));
-          self->Track(session);
-          session->Start();
+          if (self->https) {
+            Open(self, HttpsStream(std::move(socket), *self->https),
+                 std::move(slot), std::move(refusal));
+          } else {
+            Open(self, PlainStream(std::move(socket)), std::move(slot),
+                 std::move(refusal));
+          }
         }
         self->DoAccept();
       });
@@ -543,6 +641,9 @@ HttpServer::HttpServer(asio::io_context& io, HttpOptions options,
 HttpServer::~HttpServer() { Stop(); }
 
 Status HttpServer::Bind() {
+  // The certificate before the port: a bad --tls-cert or --tls-key stops
+  // the start, naming the flag and file.
+  TETHER_ASSIGN_OR_RETURN(impl_->https, MakeHttpsContext(impl_->options.tls));
   auto bound = Listen(impl_->acceptor, impl_->options.listen, "--http");
   if (!bound.ok()) {
     if (bound.status().code() != Code::kUnavailable) return bound.status();
@@ -563,10 +664,12 @@ std::string HttpServer::address() const { return impl_->address; }
 
 bool HttpServer::loopback() const { return impl_->loopback; }
 
+bool HttpServer::tls() const { return impl_->options.tls.enabled(); }
+
 void HttpServer::Publish(WsMessage message) {
   // As Beast's broadcast example: the list is copied under the lock, the
   // messages are sent without it.
-  std::vector<std::shared_ptr<Impl::WebSocketSession>> clients;
+  std::vector<std::shared_ptr<Subscriber>> clients;
   {
     MutexLock lock(&impl_->mu);
     std::erase_if(impl_->websockets, [](auto& w) { return w.expired(); });

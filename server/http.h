@@ -10,6 +10,13 @@
 // queue per WebSocket client (one that falls behind is dropped, never
 // buffered without end).
 //
+// With options.tls (a certificate and key) it serves HTTPS and WSS only:
+// each connection does the TLS handshake within the request timeout (one
+// that fails it, a client speaking plain HTTP for one, is closed without
+// an answer and logged with the reason), then runs as a plain one, under
+// the same limits. A connection over the caps is closed at once, without a
+// handshake or a 503.
+//
 // Thread-safe.
 #pragma once
 
@@ -80,8 +87,10 @@ class HttpServer {
              std::string websocket_path, Handler handler, Greeting greeting);
   ~HttpServer();
 
-  // Binds options.listen. kUnavailable naming the address when it cannot
-  // be bound.
+  // Loads options.tls's certificate and key when TLS is on, then binds
+  // options.listen. kInvalidArgument naming the --tls-* flag and file that
+  // could not be loaded (or a key that does not match the certificate);
+  // kUnavailable naming the address when it cannot be bound.
   Status Bind();
   // Starts accepting; after a Bind() that succeeded.
   void Start();
@@ -89,6 +98,8 @@ class HttpServer {
   std::string address() const;
   // Whether the bound address is a loopback one; after Bind().
   bool loopback() const;
+  // Whether it serves HTTPS and WSS (options.tls is on), not plain HTTP.
+  bool tls() const;
 
   // Sends `message` to every WebSocket client whose greeting it is newer
   // than, so each client sees its greeting and then every later message,

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "schema/tls_options.h"
+
 namespace tether {
 
 struct HttpOptions {
@@ -16,6 +18,8 @@ struct HttpOptions {
   uint64_t body_limit = 65536;       // bytes of request body
   int ws_queue = 32;                 // WebSocket messages waiting, at most
   uint32_t ws_message_limit = 4096;  // bytes of a message from a browser
+  // With a certificate and key: HTTPS and WSS only (MakeHttpsContext).
+  TlsOptions tls;
 };
 
 struct DashboardOptions {

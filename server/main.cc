@@ -19,6 +19,11 @@ int main(int argc, char** argv) {
     std::cerr << "tether-server: " << options.status().message() << "\n";
     return 2;
   }
+  if (options->check) {
+    std::cout << "tether-server: flags ok: "
+              << tether::DescribeServerOptions(*options) << "\n";
+    return 0;
+  }
   options->argv.assign(argv, argv + argc);
   tether::InitLogging(
       "shard " + std::to_string(options->shard_id),

@@ -1,6 +1,10 @@
 #include "server/options.h"
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <cstdlib>
+#include <optional>
 
 #include "server/settings_fields.h"
 
@@ -85,6 +89,23 @@ void Bind(FlagParser& p, ServerOptions& o) {
            "updates waiting for a WebSocket client before it is dropped");
   p.AddInt("dashboard-interval-ms", &o.dashboard.interval_ms,
            "between dashboard updates");
+  p.AddString("health", &o.health,
+              "HOST:PORT of an HTTP port answering only GET /healthz (the "
+              "process is up) and /readyz (the shard serves the run), for "
+              "Kubernetes probes; off: none (shard 0's dashboard answers "
+              "both too)");
+  BindTlsFlags(p, &o.tls);
+  p.AddBool("check", &o.check,
+            "check the flags (and TETHER_* variables), print what this "
+            "shard would be and exit 0, starting nothing (2: a bad flag)");
+}
+
+// A FlagParser for tether-server: its flags, from argv or TETHER_<FLAG>.
+FlagParser Parser(ServerOptions& o) {
+  FlagParser p("tether-server", kSummary);
+  p.UseEnvironment("TETHER_");
+  Bind(p, o);
+  return p;
 }
 
 Status Check(const ServerOptions& o, const FlagParser& p) {
@@ -216,23 +237,92 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
   if (o.connect_timeout_ms < 0) {
     return InvalidArgument("--connect-timeout-ms: must be >= 0");
   }
+  if (o.health != "off") {
+    if (auto hp = ParseHostPort(o.health, "--health", true); !hp.ok()) {
+      return InvalidArgument(hp.status().message() + " (or off)");
+    }
+  }
+  return CheckTlsOptions(o.tls);
+}
+
+// Whether `host` names a loopback address: an address literal or a name
+// that resolves (the first address, as Listen binds it); nullopt for a name
+// that does not resolve (Listen says so at start).
+std::optional<bool> IsLoopback(const std::string& host) {
+  boost::system::error_code ec;
+  auto address = boost::asio::ip::make_address(host, ec);
+  if (!ec) return address.is_loopback();
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::resolver resolver(io);
+  auto results = resolver.resolve(host, "0", ec);
+  if (ec || results.empty()) return std::nullopt;
+  return results.begin()->endpoint().address().is_loopback();
+}
+
+// The exposure rules on the addresses the flags name.
+Status CheckExposure(const ServerOptions& o) {
+  auto listen = ParseHostPort(o.listen, "--listen", true);
+  if (auto loopback = IsLoopback(listen->host)) {
+    TETHER_RETURN_IF_ERROR(ListenExposure(o, *loopback));
+  }
+  if (o.shard_id == 0 && o.http_enabled) {
+    auto http = ParseHostPort(o.dashboard.http.listen, "--http", true);
+    if (auto loopback = IsLoopback(http->host)) {
+      TETHER_RETURN_IF_ERROR(DashboardExposure(o.dashboard, *loopback));
+    }
+  }
   return Status::Ok();
 }
 
 }  // namespace
 
+Status ListenExposure(const ServerOptions& o, bool loopback) {
+  if (loopback || !o.auth_key_file.empty() || o.insecure) return Status::Ok();
+  return InvalidArgument(
+      "--listen " + o.listen +
+      " is not a loopback address: give --auth-key-file (the run's shared "
+      "key), or --insecure to let anyone who reaches it join the run");
+}
+
+Status DashboardExposure(const DashboardOptions& d, bool loopback) {
+  if (loopback || !d.token_file.empty() || d.insecure) return Status::Ok();
+  return InvalidArgument(
+      "--http " + d.http.listen +
+      " is not a loopback address: give --http-token-file (the "
+      "dashboard's token), or --insecure to let anyone who reaches it "
+      "read the run");
+}
+
 std::string ServerUsage() {
   ServerOptions o;
-  FlagParser p("tether-server", kSummary);
-  Bind(p, o);
-  return p.Usage();
+  return Parser(o).Usage();
+}
+
+std::string DescribeServerOptions(const ServerOptions& o) {
+  std::string line = "shard " + std::to_string(o.shard_id) + " of " +
+                     std::to_string(o.run.num_shards) + ", listening on " +
+                     o.listen;
+  if (!o.advertise.empty()) line += ", advertised as " + o.advertise;
+  if (o.shard_id == 0) {
+    line += ", the coordinator of " + std::to_string(o.run.num_workers) +
+            " worker(s)";
+    line += ", dashboard " +
+            (o.http_enabled ? o.dashboard.http.listen : std::string("off"));
+  } else {
+    line += ", coordinator " + o.coordinator;
+  }
+  if (o.health != "off") line += ", health " + o.health;
+  if (!o.data_dir.empty()) line += ", checkpoints in " + o.data_dir;
+  if (!o.resume.empty()) line += ", resuming " + o.resume;
+  line += o.tls.enabled() ? ", TLS" : ", plain TCP";
+  if (!o.auth_key_file.empty()) line += ", key " + o.auth_key_file;
+  return line;
 }
 
 Result<ServerOptions> ParseServerOptions(int argc, const char* const* argv,
                                          bool* help) {
   ServerOptions o;
-  FlagParser p("tether-server", kSummary);
-  Bind(p, o);
+  FlagParser p = Parser(o);
   TETHER_RETURN_IF_ERROR(p.Parse(argc, argv));
   *help = p.help_requested();
   if (*help) return o;
@@ -247,6 +337,8 @@ Result<ServerOptions> ParseServerOptions(int argc, const char* const* argv,
   }
   o.http_enabled = o.dashboard.http.listen != "off";
   o.dashboard.insecure = o.insecure;
+  o.dashboard.http.tls = o.tls;
+  TETHER_RETURN_IF_ERROR(CheckExposure(o));
   return o;
 }
 

@@ -9,6 +9,7 @@
 
 #include "schema/flags.h"
 #include "schema/status.h"
+#include "schema/tls.h"
 #include "server/http_options.h"
 #include "server/optimizer.h"
 #include "server/run_settings.h"
@@ -48,6 +49,15 @@ struct ServerOptions {
   // is --insecure too.
   bool http_enabled = true;
   DashboardOptions dashboard;
+  // --health: HOST:PORT of an HTTP port that answers only GET /healthz and
+  // /readyz (for a cluster engine's probes); "off": none. Shard 0's
+  // dashboard answers both too.
+  std::string health = "off";
+  // --tls-cert, --tls-key, --tls-ca: TLS on every shard connection and
+  // HTTPS for the dashboard (schema/tls.h); copied into dashboard.http.tls.
+  TlsOptions tls;
+  // --check: parse and check the flags, say so, start nothing.
+  bool check = false;
   // Not a flag: the command line it was started with (argv[0] first), set
   // by main(), for the dashboard's list of the run's processes; empty when
   // not started from one (tests).
@@ -60,8 +70,22 @@ struct ServerOptions {
 // The usage text (every flag, its meaning and default).
 std::string ServerUsage();
 
-// Parses argv into options and checks them. Returns kInvalidArgument with a
-// message naming the flag. Sets *help when --help was given.
+// Listening beyond loopback is a choice the operator states: a shard's
+// --listen needs --auth-key-file and shard 0's --http needs
+// --http-token-file, or --insecure. These say why an address that is not
+// loopback is refused (OK when `loopback`, or when allowed); Check applies
+// them to what the flags name, and the shard again to what it bound.
+Status ListenExposure(const ServerOptions& options, bool loopback);
+Status DashboardExposure(const DashboardOptions& dashboard, bool loopback);
+
+// The line --check prints for options that passed: what this process
+// would be ("shard 1 of 2, listening on 0.0.0.0:7070, ...").
+std::string DescribeServerOptions(const ServerOptions& options);
+
+// Parses argv, and TETHER_<FLAG> environment variables for flags argv does
+// not give, into options and checks them (no file is opened). Returns
+// kInvalidArgument with a message naming the flag (or variable). Sets
+// *help when --help was given.
 Result<ServerOptions> ParseServerOptions(int argc, const char* const* argv,
                                          bool* help);
 

@@ -14,6 +14,8 @@
 #include "schema/atomic_file.h"
 #include "schema/log.h"
 #include "schema/stats_frame.h"
+#include "schema/stream.h"
+#include "server/health.h"
 #include "server/reproduce.h"
 
 namespace tether {
@@ -65,15 +67,17 @@ Status Server::Bind() {
                           Listen(acceptor_, options_.listen, "--listen"));
   boost::system::error_code ec;
   const bool loopback = acceptor_.local_endpoint(ec).address().is_loopback();
-  if (!loopback && !auth_key_ && !options_.insecure) {
+  if (Status exposed = ListenExposure(options_, loopback); !exposed.ok()) {
     acceptor_.close(ec);
-    return InvalidArgument(
-        "--listen " + options_.listen +
-        " is not a loopback address: give --auth-key-file (the run's shared "
-        "key), or --insecure to let anyone who reaches it join the run");
+    return exposed;
   }
   listening_ = bound.ToString();
   address_ = options_.advertise.empty() ? listening_ : options_.advertise;
+  if (tls_server_) {
+    TETHER_LOG(kInfo) << "TLS: every connection, peers' certificates "
+                         "checked against "
+                      << options_.tls.ca_file;
+  }
   if (auth_key_) {
     TETHER_LOG(kInfo) << "authentication: every peer proves the key in "
                       << options_.auth_key_file;
@@ -96,6 +100,10 @@ Status Server::Start() {
         auto key, AuthKey::Load(options_.auth_key_file, "--auth-key-file"));
     auth_key_ = key;
   }
+  TETHER_ASSIGN_OR_RETURN(tls_server_,
+                          MakeTlsContext(options_.tls, TlsRole::kServer));
+  TETHER_ASSIGN_OR_RETURN(tls_client_,
+                          MakeTlsContext(options_.tls, TlsRole::kClient));
   TETHER_RETURN_IF_ERROR(Bind());
   for (int i = 0; i < options_.threads; ++i) {
     threads_.emplace_back([this] { io_.run(); });
@@ -105,6 +113,9 @@ Status Server::Start() {
     TETHER_LOG(kInfo) << "signal " << sig << ": shutting down";
     Stop();
   });
+  // Before registering, which may wait long: a probe sees the process up
+  // and not yet ready.
+  TETHER_RETURN_IF_ERROR(StartHealth());
   if (options_.shard_id == 0) {
     RunSettings settings = options_.run;
     settings.run_id = NewRunId();
@@ -136,9 +147,9 @@ Status Server::Start() {
       hooks.load_local = [this](int64_t round) { return LoadRound(round); };
       hooks.failed = [this](const Status& why) { Fail(why); };
       hooks.resumed = [this](int64_t round) {
-        if (dashboard_) return dashboard_->monitor().OnResumed(round);
         TETHER_LOG(kInfo) << "resumed from checkpoint round " << round
                           << ": every shard loaded it";
+        if (dashboard_) dashboard_->monitor().OnResumed(round);
       };
       coordinator_->StartResume(settings.resume_round, std::move(complete),
                                 /*fallback=*/options_.resume == "latest",
@@ -231,11 +242,11 @@ void Server::SendStats() {
 Status Server::RegisterWithCoordinator() {
   TETHER_ASSIGN_OR_RETURN(auto coordinator,
                           ParseHostPort(options_.coordinator, "--coordinator"));
-  auto socket = ConnectWithRetry(io_, coordinator, "the coordinator",
-                                 options_.connect_timeout_ms);
-  if (!socket.ok()) return socket.status().WithContext("--coordinator");
+  auto stream = ConnectWithRetry(io_, coordinator, "the coordinator",
+                                 options_.connect_timeout_ms, tls_client_);
+  if (!stream.ok()) return stream.status().WithContext("--coordinator");
   coordinator_link_ =
-      std::make_shared<Connection>(std::move(*socket), connection_options_);
+      std::make_shared<Connection>(std::move(*stream), connection_options_);
   auto answer = std::make_shared<std::promise<Result<RunSettings>>>();
   auto answered = std::make_shared<std::atomic<bool>>(false);
   auto welcomed = std::make_shared<std::atomic<bool>>(false);
@@ -290,6 +301,7 @@ Status Server::RegisterWithCoordinator() {
                           (why.ok() ? "" : ": " + why.message())));
         } else if (*welcomed && !stopping_) {
           TETHER_LOG(kWarning) << "lost the " << peer;
+          coordinator_link_lost_ = true;
           OnCoordinatorLost();
         }
       });
@@ -586,35 +598,95 @@ void Server::OnAccept(const boost::system::error_code& ec, tcp::socket socket) {
     // A failed accept (out of descriptors, a peer that reset) costs that
     // one connection only.
     TETHER_LOG(kWarning) << "accept failed: " << ec.message();
+  } else if (!tls_server_) {
+    Admit(std::move(socket));
   } else {
-    size_t open = 0;
-    {
-      MutexLock lock(&sessions_mu_);
-      std::erase_if(sessions_, [](auto& w) { return w.expired(); });
-      open = sessions_.size();
-    }
-    if (open >= static_cast<size_t>(options_.max_connections)) {
-      auto refused =
-          std::make_shared<Connection>(std::move(socket), connection_options_);
-      TETHER_LOG(kWarning) << "refusing " << refused->peer() << ": " << open
-                           << " connections open (--max-connections)";
-      refused->Start([](Frame) {}, [](const Status&) {});
-      refused->SendAndClose(MakeErrorFrame(
-          0, Unavailable("shard " + std::to_string(options_.shard_id) +
-                         " serves " + std::to_string(open) +
-                         " connections already (--max-connections)")));
-    } else {
-      auto session = std::make_shared<Session>(
-          std::move(socket), session_options_, auth_key_, shard_.get(),
-          coordinator_.get(), dashboard_ ? &dashboard_->monitor() : nullptr);
-      {
-        MutexLock lock(&sessions_mu_);
-        sessions_.push_back(session);
-      }
-      session->Start();
-    }
+    // The handshake is bounded by --handshake-timeout-ms, as the Hello is.
+    AsyncTlsHandshake(std::move(socket), tls_server_, TlsRole::kServer,
+                      options_.handshake_timeout_ms,
+                      [this](Result<Stream> stream) {
+                        if (stopping_) return;
+                        if (!stream.ok()) {
+                          TETHER_LOG(kWarning) << "refusing a connection: "
+                                               << stream.status().message();
+                          return;
+                        }
+                        Admit(std::move(*stream));
+                      });
   }
   DoAccept();
+}
+
+void Server::Admit(Stream stream) {
+  size_t open = 0;
+  {
+    MutexLock lock(&sessions_mu_);
+    std::erase_if(sessions_, [](auto& w) { return w.expired(); });
+    open = sessions_.size();
+  }
+  if (open >= static_cast<size_t>(options_.max_connections)) {
+    auto refused =
+        std::make_shared<Connection>(std::move(stream), connection_options_);
+    TETHER_LOG(kWarning) << "refusing " << refused->peer() << ": " << open
+                         << " connections open (--max-connections)";
+    refused->Start([](Frame) {}, [](const Status&) {});
+    refused->SendAndClose(MakeErrorFrame(
+        0, Unavailable("shard " + std::to_string(options_.shard_id) +
+                       " serves " + std::to_string(open) +
+                       " connections already (--max-connections)")));
+    return;
+  }
+  auto session = std::make_shared<Session>(
+      std::move(stream), session_options_, auth_key_, shard_.get(),
+      coordinator_.get(), dashboard_ ? &dashboard_->monitor() : nullptr);
+  {
+    MutexLock lock(&sessions_mu_);
+    sessions_.push_back(session);
+  }
+  session->Start();
+}
+
+Status Server::StartHealth() {
+  if (options_.health == "off") return Status::Ok();
+  HttpOptions http = options_.dashboard.http;
+  http.listen = options_.health;
+  http.tls = TlsOptions{};  // probes speak plain HTTP
+  health_ = std::make_unique<HttpServer>(
+      io_, http, "",
+      [this](const HttpRequest& request) {
+        if (auto probe =
+                HealthAnswer(request, [this] { return Readiness(); })) {
+          return *probe;
+        }
+        HttpResponse r;
+        r.status = 404;
+        r.content_type = "text/plain; charset=utf-8";
+        r.body = "this port answers /healthz and /readyz only\n";
+        return r;
+      },
+      [] { return WsMessage{}; });
+  TETHER_RETURN_IF_ERROR(health_->Bind());
+  health_->Start();
+  TETHER_LOG(kInfo) << "health probes at http://" << health_->address()
+                    << "/healthz and /readyz";
+  return Status::Ok();
+}
+
+Status Server::Readiness() const {
+  if (stopping_) return Unavailable("the shard is stopping");
+  if (!started_) {
+    // Start() is still setting up: coordinator_ may not be there yet.
+    return Unavailable(options_.shard_id == 0
+                           ? "the shard is starting"
+                           : "registering with the coordinator at " +
+                                 options_.coordinator);
+  }
+  if (coordinator_) return coordinator_->Readiness();
+  if (coordinator_link_lost_) {
+    return Unavailable("the coordinator (" + options_.coordinator +
+                       ") is out of reach");
+  }
+  return Status::Ok();
 }
 
 Status Server::Run() {
@@ -645,6 +717,7 @@ void Server::CloseAll() {
         asio::post(timer->get_executor(), [timer] { timer->cancel(); });
     }
     if (dashboard_) dashboard_->Stop();
+    if (health_) health_->Stop();
     std::vector<std::shared_ptr<Session>> sessions;
     {
       MutexLock lock(&sessions_mu_);

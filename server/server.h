@@ -92,6 +92,13 @@ class Server {
   void MarkStarted();
   void DoAccept();
   void OnAccept(const boost::system::error_code& ec, tcp::socket socket);
+  // A connection accepted (its TLS handshake done, with TLS): a session,
+  // or refused when --max-connections are open.
+  void Admit(Stream stream);
+  // --health: a port answering /healthz and /readyz.
+  Status StartHealth();
+  // Whether this shard serves the run, for /readyz.
+  Status Readiness() const;
 
   const ServerOptions options_;
   // The Server owns the context its handlers run on, and ~Server joins the
@@ -110,13 +117,18 @@ class Server {
 
   std::unique_ptr<CheckpointStore> store_;  // with --data-dir
   std::unique_ptr<Shard> shard_;
-  std::unique_ptr<Coordinator> coordinator_;         // shard 0 only
-  std::shared_ptr<Connection> coordinator_link_;     // shards > 0
-  std::shared_ptr<Dashboard> dashboard_;             // shard 0 with --http
+  std::unique_ptr<Coordinator> coordinator_;      // shard 0 only
+  std::shared_ptr<Connection> coordinator_link_;  // shards > 0
+  std::shared_ptr<Dashboard> dashboard_;          // shard 0 with --http
+  std::unique_ptr<HttpServer> health_;            // with --health
+  // TLS contexts, made by Start(); null without --tls-cert.
+  std::shared_ptr<asio::ssl::context> tls_server_;
+  std::shared_ptr<asio::ssl::context> tls_client_;
   std::unique_ptr<asio::steady_timer> stats_timer_;  // shards > 0
   std::unique_ptr<asio::steady_timer> eviction_timer_;
   std::unique_ptr<asio::steady_timer> coordinator_lost_timer_;  // shards > 0
-  std::atomic<int> coordinator_timeout_ms_{0};  // the run's, from Welcome
+  std::atomic<bool> coordinator_link_lost_{false};  // shards > 0, for /readyz
+  std::atomic<int> coordinator_timeout_ms_{0};      // the run's, from Welcome
 
   Mutex sessions_mu_;
   std::vector<std::weak_ptr<Session>> sessions_ TETHER_GUARDED_BY(sessions_mu_);

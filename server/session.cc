@@ -13,13 +13,13 @@ std::string Command(const wire::Hello& hello) {
 
 }  // namespace
 
-Session::Session(tcp::socket socket, const ConnectionOptions& options,
+Session::Session(Stream stream, const ConnectionOptions& options,
                  std::shared_ptr<const AuthKey> key, Shard* shard,
                  Coordinator* coordinator, Monitor* monitor)
     : shard_(shard),
       coordinator_(coordinator),
       monitor_(monitor),
-      conn_(std::make_shared<Connection>(std::move(socket), options)),
+      conn_(std::make_shared<Connection>(std::move(stream), options)),
       auth_(std::move(key)) {}
 
 void Session::Start() {

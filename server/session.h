@@ -21,7 +21,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // `shard` must outlive the session; `coordinator` and `monitor` (which
   // takes the figures other shards send) are null except on shard 0. With
   // `key`, the peer must prove it holds the key (schema/auth.h).
-  Session(tcp::socket socket, const ConnectionOptions& options,
+  Session(Stream stream, const ConnectionOptions& options,
           std::shared_ptr<const AuthKey> key, Shard* shard,
           Coordinator* coordinator, Monitor* monitor);
 

@@ -25,7 +25,7 @@ struct ShardReady {
   int shard_id = 0;
   std::string listen;     // HOST:PORT it is bound to, its port picked
   std::string advertise;  // HOST:PORT workers dial (--advertise, or listen)
-  std::string dashboard;  // "http://HOST:PORT/"; empty without one
+  std::string dashboard;  // "http(s)://HOST:PORT/"; empty without one
   pid_t pid = 0;
 };
 

@@ -22,6 +22,7 @@
 
 #include "schema/flags.h"
 #include "schema/log.h"
+#include "schema/tls.h"
 #include "worker/client.h"
 #include "worker/training_loop.h"
 
@@ -31,6 +32,8 @@ namespace {
 struct CliOptions {
   std::string coordinator = "127.0.0.1:7070";
   std::string auth_key_file;
+  TlsOptions tls;
+  int connect_timeout_ms = 10000;
   std::string tensor = "w";
   std::string shape = "1024";
   std::string init = "zeros";  // zeros, uniform, normal, constant
@@ -194,6 +197,10 @@ int Main(int argc, char** argv) {
   p.AddString("coordinator", &o.coordinator, "HOST:PORT of shard 0");
   p.AddString("auth-key-file", &o.auth_key_file,
               "file holding the run's shared key, when the shards have one");
+  BindTlsFlags(p, &o.tls);
+  p.AddInt("connect-timeout-ms", &o.connect_timeout_ms,
+           "how long to keep dialling a shard that refuses, or whose host "
+           "name does not resolve yet");
   p.AddString("tensor", &o.tensor, "tensor name");
   p.AddString("shape", &o.shape, "tensor shape, e.g. 784,10");
   p.AddString("init", &o.init, "zeros, uniform, normal or constant");
@@ -236,6 +243,8 @@ int Main(int argc, char** argv) {
   ClientOptions co;
   co.coordinator = o.coordinator;
   co.auth_key_file = o.auth_key_file;
+  co.tls = o.tls;
+  co.connect_timeout_ms = o.connect_timeout_ms;
   co.observer = command != "train";
   co.rank = o.rank;
   co.staleness = o.staleness;

@@ -27,6 +27,7 @@
 #include "schema/flags.h"
 #include "schema/launcher.h"
 #include "schema/log.h"
+#include "schema/tls.h"
 #include "server/settings_fields.h"
 #include "tools/process.h"
 #include "worker/client.h"
@@ -89,6 +90,7 @@ struct UpOptions {
   // until Ctrl-C.
   double linger_s = 0;
   std::string auth_key_file;  // the run's shared key, for every process
+  TlsOptions tls;             // --tls-*: TLS for every process
   // The dashboard's token for POST endpoints; default LOG_DIR/dashboard.token.
   std::string http_token_file;
   // JSON for scripts: where the run is and its processes, then how it
@@ -205,7 +207,8 @@ class Launcher {
   boost::json::object ResultJson(const Outcome& outcome) const;
   Status Failed(const Process& p, const std::string& name,
                 const std::string& what);
-  // Appends --auth-key-file to a shard's or worker's arguments.
+  // Appends --auth-key-file and the --tls-* flags to a shard's or
+  // worker's arguments.
   std::vector<std::string> WithKey(std::vector<std::string> argv) const;
 
   const UpOptions o_;
@@ -232,6 +235,10 @@ std::vector<std::string> Launcher::WithKey(
   if (!o_.auth_key_file.empty()) {
     argv.push_back("--auth-key-file");
     argv.push_back(o_.auth_key_file);
+  }
+  if (o_.tls.enabled()) {
+    argv.insert(argv.end(), {"--tls-cert", o_.tls.cert_file, "--tls-key",
+                             o_.tls.key_file, "--tls-ca", o_.tls.ca_file});
   }
   return argv;
 }
@@ -366,6 +373,7 @@ void Launcher::Poll(bool print, bool tty) {
     co.observer = true;
     co.name = "tether-up";
     co.auth_key_file = o_.auth_key_file;
+    co.tls = o_.tls;
     co.connect_timeout_ms = 2000;
     co.join_timeout_ms = 2000;
     auto c = Client::Connect(co);
@@ -731,6 +739,7 @@ void BindFlags(FlagParser& p, UpOptions& o) {
               "many seconds; -1: until Ctrl-C");
   p.AddString("auth-key-file", &o.auth_key_file,
               "the run's shared key, given to every shard and worker");
+  BindTlsFlags(p, &o.tls);
   p.AddString("http-token-file", &o.http_token_file,
               "the dashboard's token for POST endpoints (created when "
               "missing; default: LOG_DIR/dashboard.token)");
@@ -821,6 +830,10 @@ int Main(int argc, char** argv) {
   FlagParser p("tether-up", kSummary);
   BindFlags(p, o);
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
+  if (Status tls = CheckTlsOptions(o.tls); !tls.ok()) {
+    std::cerr << "tether-up: " << tls.message() << "\n";
+    return 2;
+  }
   if (!o.resume.empty() && o.data_dir.empty()) {
     std::cerr << "tether-up: --resume needs --data-dir (the directory of the "
                  "run to resume)\n";

@@ -10,6 +10,7 @@
 #include "schema/log.h"
 #include "schema/mutex.h"
 #include "schema/stats_frame.h"
+#include "schema/tls.h"
 #include "worker/request_cutter.h"
 #include "worker/shard_link.h"
 
@@ -66,10 +67,11 @@ Status Wait(const std::function<void(Client::Callback)>& start) {
 }  // namespace
 
 struct Client::Impl {
-  explicit Impl(ClientOptions o, std::shared_ptr<const AuthKey> key)
-      : options(std::move(o)), links(options, std::move(key), clock, [this] {
-          return Definitions();
-        }) {}
+  Impl(ClientOptions o, std::shared_ptr<const AuthKey> key,
+       std::shared_ptr<asio::ssl::context> tls)
+      : options(std::move(o)),
+        links(options, std::move(key), std::move(tls), clock,
+              [this] { return Definitions(); }) {}
 
   Result<TensorMeta> Lookup(const std::string& name, bool sparse);
   void Define(const std::string& name, bool sparse,
@@ -159,7 +161,10 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
         auto loaded, AuthKey::Load(options.auth_key_file, "--auth-key-file"));
     key = loaded;
   }
-  auto impl = std::make_unique<Impl>(std::move(options), std::move(key));
+  TETHER_ASSIGN_OR_RETURN(auto tls,
+                          MakeTlsContext(options.tls, TlsRole::kClient));
+  auto impl = std::make_unique<Impl>(std::move(options), std::move(key),
+                                     std::move(tls));
   Impl& c = *impl;
   TETHER_ASSIGN_OR_RETURN(auto welcome,
                           c.links.Join(0, c.options.coordinator,

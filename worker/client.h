@@ -37,6 +37,7 @@
 
 #include "schema/stats.h"
 #include "schema/status.h"
+#include "schema/tls_options.h"
 #include "worker/slicer.h"
 
 namespace tether {
@@ -70,6 +71,8 @@ struct ClientOptions {
   std::string command;
   // The run's shared key (schema/auth.h), when the shards have one.
   std::string auth_key_file;
+  // TLS to every shard (schema/tls.h), when the shards speak it.
+  TlsOptions tls;
   size_t max_frame_bytes = size_t{64} << 20;
   size_t chunk_bytes = size_t{4} << 20;  // payload per request frame
   int connect_timeout_ms = 10000;        // per shard, retrying refused connects

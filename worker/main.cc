@@ -5,6 +5,7 @@
 #include "schema/flags.h"
 #include "schema/launcher.h"
 #include "schema/log.h"
+#include "schema/tls.h"
 #include "worker/trainer.h"
 
 int main(int argc, char** argv) {
@@ -49,7 +50,24 @@ int main(int argc, char** argv) {
             "CPU on the first --batch training rows (loss, gradients) and "
             "on the test set; exit 1 when they differ");
   p.AddBool("quiet", &o.quiet, "no progress line, only the final one");
+  p.AddInt("connect-timeout-ms", &o.connect_timeout_ms,
+           "how long to keep dialling a shard that refuses, or whose host "
+           "name does not resolve yet (a pod not yet scheduled)");
+  tether::BindTlsFlags(p, &o.tls);
+  p.AddBool("check", &o.check,
+            "check the flags (and TETHER_* variables), print what this "
+            "worker would do and exit 0, starting nothing (2: a bad flag)");
+  p.UseEnvironment("TETHER_");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
+  if (o.check) {
+    if (tether::Status s = tether::CheckTrainerOptions(o); !s.ok()) {
+      std::cerr << "tether-worker: " << s.message() << "\n";
+      return 2;
+    }
+    std::cout << "tether-worker: flags ok: "
+              << tether::DescribeTrainerOptions(o) << "\n";
+    return 0;
+  }
   o.command = tether::ShellCommand(argc, argv);
   tether::InitLogging("worker", tether::LogLevel::kWarning);
   tether::Status s = tether::RunTrainer(o);

@@ -191,9 +191,11 @@ OutFrame DefineFrame(uint64_t request, const std::string& name, bool sparse,
 
 ShardLinks::ShardLinks(const ClientOptions& options,
                        std::shared_ptr<const AuthKey> auth_key,
+                       std::shared_ptr<asio::ssl::context> tls,
                        std::atomic<int64_t>& clock, Definitions definitions)
     : options_(options),
       auth_key_(std::move(auth_key)),
+      tls_(std::move(tls)),
       clock_(clock),
       definitions_(std::move(definitions)),
       work_(asio::make_work_guard(io_)),
@@ -246,7 +248,7 @@ Result<std::shared_ptr<ShardLinks::Link>> ShardLinks::Open(
       shard_id == 0 ? "the coordinator" : "shard " + std::to_string(shard_id);
   TETHER_ASSIGN_OR_RETURN(
       auto socket,
-      ConnectWithRetry(io_, hp, what, options_.connect_timeout_ms));
+      ConnectWithRetry(io_, hp, what, options_.connect_timeout_ms, tls_));
   auto link = std::make_shared<Link>(io_, shard_id, address);
   ConnectionOptions co;
   co.max_frame_bytes = options_.max_frame_bytes;
@@ -482,9 +484,24 @@ void ShardLinks::OnDialed(const std::shared_ptr<Link>& link, const HostPort& hp,
   tcp::socket socket = std::move(*link->dialing);
   link->dialing.reset();
   if (ec) return RetryLater(link, DialError(link->Describe(), hp, ec));
+  if (!tls_) return OnConnected(link, std::move(socket));
+  AsyncTlsHandshake(std::move(socket), tls_, TlsRole::kClient,
+                    std::max(options_.connect_timeout_ms, 1000),
+                    [this, link](Result<Stream> s) {
+                      asio::post(link->strand,
+                                 [this, link, s = std::move(s)]() mutable {
+                                   if (stopping_) return;
+                                   if (!s.ok())
+                                     return RetryLater(link, s.status());
+                                   OnConnected(link, std::move(*s));
+                                 });
+                    });
+}
+
+void ShardLinks::OnConnected(const std::shared_ptr<Link>& link, Stream stream) {
   ConnectionOptions co;
   co.max_frame_bytes = options_.max_frame_bytes;
-  Attach(link, std::make_shared<Connection>(std::move(socket), co));
+  Attach(link, std::make_shared<Connection>(std::move(stream), co));
   Greet(
       link, rank_, options_.connect_timeout_ms,
       [this, link](Result<WelcomeInfo> w) { OnRejoined(link, std::move(w)); });

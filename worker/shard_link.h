@@ -83,9 +83,10 @@ class ShardLinks {
   // Starts options.io_threads I/O threads. `options` and `clock` (the
   // worker's clock, said in every Hello and raised to a rejoined shard's)
   // are the client's and must outlive this; `auth_key` is null when the
-  // shards have no key.
+  // shards have no key, `tls` (a client context) when they speak plain TCP.
   ShardLinks(const ClientOptions& options,
              std::shared_ptr<const AuthKey> auth_key,
+             std::shared_ptr<asio::ssl::context> tls,
              std::atomic<int64_t>& clock, Definitions definitions);
   // Closes every connection (requests still pending fail with
   // kUnavailable) and joins the I/O threads: once it returns, no callback
@@ -174,6 +175,8 @@ class ShardLinks {
                   const tcp::resolver::results_type& endpoints);
   void OnDialed(const std::shared_ptr<Link>& link, const HostPort& hp,
                 const boost::system::error_code& ec);
+  // A dialled connection, its TLS handshake done when the run has TLS.
+  void OnConnected(const std::shared_ptr<Link>& link, Stream stream);
   void OnRejoined(const std::shared_ptr<Link>& link, Result<WelcomeInfo> w);
   void OnRedefined(const std::shared_ptr<Link>& link, const Status& s);
   // The attempt failed: closes what it opened and waits for the next.
@@ -202,6 +205,7 @@ class ShardLinks {
   // Constant after construction.
   const ClientOptions& options_;
   const std::shared_ptr<const AuthKey> auth_key_;  // null: no authentication
+  const std::shared_ptr<asio::ssl::context> tls_;  // null: plain TCP
   std::atomic<int64_t>& clock_;                    // the client's
   const Definitions definitions_;
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "schema/tls.h"
 #include "worker/client.h"
 #include "worker/dataset.h"
 #include "worker/dense_trainer.h"
@@ -55,15 +56,29 @@ void SayResuming(const Client& client) {
   std::fflush(stdout);
 }
 
+// What every client of this worker shares: where the run is and how to
+// reach it (key, TLS, connect timeout).
+ClientOptions ClientOptionsFor(const TrainerOptions& o) {
+  ClientOptions co;
+  co.coordinator = o.coordinator;
+  co.auth_key_file = o.auth_key_file;
+  co.tls = o.tls;
+  co.connect_timeout_ms = o.connect_timeout_ms;
+  co.rank = o.rank;
+  co.staleness = o.staleness;
+  co.command = o.command;
+  return co;
+}
+
 // An observer's client with `model`'s tensors defined and pulled: the
 // run's current weights.
 Result<std::unique_ptr<Client>> PullAsObserver(const TrainerOptions& o,
                                                DenseModel& model,
                                                const std::string& name) {
-  ClientOptions co;
-  co.coordinator = o.coordinator;
-  co.auth_key_file = o.auth_key_file;
+  ClientOptions co = ClientOptionsFor(o);
   co.observer = true;
+  co.rank = -1;
+  co.command.clear();
   co.name = name;
   TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
   for (const ParamSpec& spec : model.specs()) {
@@ -151,7 +166,13 @@ Status CompareDevices(const TrainerOptions& o, DenseModel& model,
 
 }  // namespace
 
-Status RunTrainer(const TrainerOptions& o) {
+Status CheckTrainerOptions(const TrainerOptions& o) {
+  TETHER_RETURN_IF_ERROR(
+      ParseHostPort(o.coordinator, "--coordinator").status());
+  if (o.connect_timeout_ms < 0) {
+    return InvalidArgument("--connect-timeout-ms: must be >= 0");
+  }
+  TETHER_RETURN_IF_ERROR(CheckTlsOptions(o.tls));
   if (o.batch < 1) return InvalidArgument("--batch: must be at least 1");
   if (o.epochs < 1) return InvalidArgument("--epochs: must be at least 1");
   if (o.threads < 1) return InvalidArgument("--threads: must be at least 1");
@@ -176,20 +197,41 @@ Status RunTrainer(const TrainerOptions& o) {
       return InvalidArgument(
           "--chunk-rows: dense models only (LIBSVM files are streamed)");
     }
-    ClientOptions co;
-    co.coordinator = o.coordinator;
-    co.auth_key_file = o.auth_key_file;
-    co.rank = o.rank;
-    co.staleness = o.staleness;
-    co.name = "tether-worker sparse-lr";
-    co.command = o.command;
-    TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
-    SayResuming(*client);
-    return RunSparseTrainer(o, *client);
+    return Status::Ok();
   }
   if (o.model != "mlp" && o.model != "softmax") {
     return InvalidArgument("--model: unknown '" + o.model +
                            "' (expected softmax, mlp or sparse-lr)");
+  }
+  TETHER_RETURN_IF_ERROR(ParseWidths(o.hidden).status());
+  if (o.evaluate_only && o.test_data.empty() && o.data != "fashion-mnist") {
+    return InvalidArgument("--evaluate-only: needs --test-data");
+  }
+  return Status::Ok();
+}
+
+std::string DescribeTrainerOptions(const TrainerOptions& o) {
+  std::string line = o.evaluate_only ? "evaluating" : "training";
+  line += " " + o.model + " on " + o.data + " against " + o.coordinator;
+  line += o.rank >= 0 ? ", rank " + std::to_string(o.rank)
+                      : std::string(", rank picked by the coordinator");
+  line += ", staleness " + std::to_string(o.staleness);
+  line += ", " + std::to_string(o.epochs) + " epoch(s)";
+  if (o.slowdown > 1) line += ", slowed " + NumberText(o.slowdown) + "x";
+  line += o.tls.enabled() ? ", TLS" : ", plain TCP";
+  if (!o.auth_key_file.empty()) line += ", key " + o.auth_key_file;
+  return line;
+}
+
+Status RunTrainer(const TrainerOptions& o) {
+  TETHER_RETURN_IF_ERROR(CheckTrainerOptions(o));
+  TETHER_ASSIGN_OR_RETURN(auto device, ParseDevice(o.device, "--device"));
+  if (o.model == "sparse-lr") {
+    ClientOptions co = ClientOptionsFor(o);
+    co.name = "tether-worker sparse-lr";
+    TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
+    SayResuming(*client);
+    return RunSparseTrainer(o, *client);
   }
   TETHER_ASSIGN_OR_RETURN(auto hidden, ParseWidths(o.hidden));
   std::string test_spec = o.test_data;
@@ -234,13 +276,8 @@ Status RunTrainer(const TrainerOptions& o) {
     return CompareDevices(o, *model, *cpu, *train, test ? &*test : nullptr);
   }
 
-  ClientOptions co;
-  co.coordinator = o.coordinator;
-  co.auth_key_file = o.auth_key_file;
-  co.rank = o.rank;
-  co.staleness = o.staleness;
+  ClientOptions co = ClientOptionsFor(o);
   co.name = "tether-worker " + o.model;
-  co.command = o.command;
   TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
   SayResuming(*client);
   return RunDenseTrainer(o, *client, *model, *train, test ? &*test : nullptr);

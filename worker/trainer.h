@@ -9,6 +9,7 @@
 #include <string>
 
 #include "schema/status.h"
+#include "schema/tls_options.h"
 
 namespace tether {
 
@@ -41,10 +42,22 @@ struct TrainerOptions {
   // evaluation); fails when they differ beyond float accuracy.
   bool compare_device = false;
   bool quiet = false;  // --quiet: no progress line
+  // --connect-timeout-ms: how long to keep dialling a shard that refuses
+  // or whose host name does not resolve yet.
+  int connect_timeout_ms = 10000;
+  TlsOptions tls;      // --tls-cert, --tls-key, --tls-ca (schema/tls.h)
+  bool check = false;  // --check: check the flags, start nothing
   // Not a flag: this process's command line, told to the coordinator
   // (ClientOptions::command).
   std::string command;
 };
+
+// Checks the options without opening anything (what --check does; the
+// first thing RunTrainer does). kInvalidArgument naming the flag.
+Status CheckTrainerOptions(const TrainerOptions& options);
+
+// The line --check prints for options that passed.
+std::string DescribeTrainerOptions(const TrainerOptions& options);
 
 // Runs training (or evaluation) to the end. The status says why it
 // stopped early: a bad option, a data file, an unreachable cluster.

@@ -2,6 +2,7 @@
 // `startCluster` brings up (the real one in dashboard.test.mjs), plus the
 // runner that owns the overall timeout, signals, cleanup and exit code.
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -34,14 +35,17 @@ const workerStates = () => [...document.querySelectorAll('#workers tbody tr[data
   .map((r) => `rank ${r.dataset.rank}: ${r.querySelector('td.state')?.textContent}`).join(', ') || 'no worker rows';
 const connText = () => JSON.stringify(document.getElementById('conn').textContent);
 
-// The checks of the brief, in order. `cluster` is { url, killOneWorker(),
+// The checks of the brief, in order. `cluster` is { url, tls, killOneWorker(),
 // killCoordinator() }; `note` logs one progress line.
 export async function checkDashboard(page, cluster, artifactDir, note) {
+  const sockets = [];
+  page.on('websocket', (ws) => sockets.push(ws.url()));
   await page.goto(cluster.url, { waitUntil: 'load', timeout: 15000 });
 
   await waitInPage(page, '#conn did not say "live"', 10000,
     () => document.getElementById('conn').textContent === 'live', connText);
   note('connected: #conn says live');
+  if (cluster.tls) await checkTls(page, cluster.url, sockets, note);
 
   await waitInPage(page, 'the workers table did not show 3 workers running or straggling', 30000,
     (states) => {
@@ -80,6 +84,28 @@ export async function checkDashboard(page, cluster, artifactDir, note) {
       return c.textContent.startsWith('disconnected') && c.classList.contains('down');
     }, connText);
   note(`shard 0 killed: #conn says ${await page.evaluate(connText)}`);
+}
+
+// With TLS the page came over HTTPS, its live data over WSS, and the same
+// port does not speak plain HTTP: a plain GET gets no HTTP answer.
+async function checkTls(page, url, sockets, note) {
+  const protocol = await page.evaluate(() => location.protocol);
+  if (protocol !== 'https:') throw new Error(`the page was loaded over ${protocol}, not https:`);
+  if (!sockets.length || !sockets.every((s) => s.startsWith('wss://'))) {
+    throw new Error(`the page's WebSockets were not all wss:// ones: ${JSON.stringify(sockets)}`);
+  }
+  const plain = new URL(url);
+  plain.protocol = 'http:';
+  const outcome = await new Promise((resolve) => {
+    const req = http.get(plain, { timeout: 5000 }, (res) => {
+      res.resume();
+      resolve(`answered HTTP ${res.statusCode}`);
+    });
+    req.on('timeout', () => { req.destroy(); resolve('got no answer within 5 s'); });
+    req.on('error', (e) => resolve(`failed (${e.code || e.message})`));
+  });
+  if (!outcome.startsWith('failed')) throw new Error(`a plain GET of ${plain.href} ${outcome}`);
+  note(`over TLS: page ${protocol}, WebSocket ${sockets[0]}; plain GET of ${plain.href} ${outcome}`);
 }
 
 // "Stop run" asks for confirmation (accepted here) and needs the dashboard
@@ -258,7 +284,11 @@ export async function runDashboardTest({ name, startCluster, timeoutMs = 150000 
       executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS,
       handleSIGINT: false, handleSIGTERM: false, handleSIGHUP: false,
     });
-    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    // A TLS run's certificate is signed by the test's own CA, which
+    // Chromium does not know.
+    const page = await browser.newPage({
+      viewport: { width: 1400, height: 1000 }, ignoreHTTPSErrors: Boolean(cluster.tls),
+    });
     page.on('pageerror', (e) => { pageErrors.push(e.message); note(`page error: ${e.message}`); });
     // Console errors are reported, not failures: Chromium logs the refused
     // WebSocket and the checkpoint answer's HTTP error status there.

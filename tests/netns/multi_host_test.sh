@@ -46,27 +46,8 @@ cut_s=${TETHER_NETNS_CUT_S:-8}
 deadline_s=${TETHER_NETNS_DEADLINE_S:-180}
 verbose=${TETHER_NETNS_VERBOSE:-0}
 
-skip() {
-  echo "SKIPPED: $*"
-  exit 77
-}
-
 # --- 1. Can this machine run it? -------------------------------------------
-[[ $(id -u) -eq 0 ]] || skip "needs root to create network namespaces (running as uid $(id -u))"
-command -v ip > /dev/null ||
-  skip "the ip command is missing: install the Debian package iproute2"
-probe="tth$$probe"
-if ! err=$(ip netns add "$probe" 2>&1); then
-  skip "'ip netns add' failed: ${err//$'\n'/ }"
-fi
-probe_ok=1
-err=$( { ip -n "$probe" link set lo up &&
-         ip -n "$probe" link add tthbr type bridge &&
-         ip -n "$probe" link add tthv0 type veth peer name tthv1; } 2>&1) ||
-  probe_ok=0
-ip netns del "$probe" 2> /dev/null || true
-[[ $probe_ok -eq 1 ]] ||
-  skip "cannot create a bridge and a veth pair in a namespace: ${err//$'\n'/ }"
+need_netns tth
 
 for b in "$server_bin" "$worker_bin"; do
   [[ -x "$b" ]] || { echo "FAIL: $b is missing or not executable (build first, or set TETHER_BIN_DIR)"; exit 1; }
@@ -103,8 +84,7 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   stop_pids "${pids[@]}"
-  local ns
-  for ns in "${made_ns[@]}"; do ip netns del "$ns" 2> /dev/null || true; done
+  netns_teardown
   exit "$rc"
 }
 trap cleanup EXIT
@@ -115,22 +95,10 @@ ns_of() { echo "tth$$$1"; }
 # A sleep that a signal cuts short (bash runs traps only between commands).
 nap() { sleep "$1" & wait $!; }
 
-ip netns add "$sw"
-made_ns+=("$sw")
-ip -n "$sw" link set lo up
-ip -n "$sw" link add br0 type bridge
-ip -n "$sw" link set br0 up
+netns_switch "$sw"
 for h in "${hosts[@]}"; do
-  ns=$(ns_of "$h")
-  ip netns add "$ns"
-  made_ns+=("$ns")
-  ip -n "$ns" link set lo up
   # eth0 in the host, port "$h" on the switch.
-  ip -n "$ns" link add eth0 type veth peer name "$h" netns "$sw"
-  ip -n "$sw" link set "$h" master br0
-  ip -n "$sw" link set "$h" up
-  ip -n "$ns" addr add "${addr[$h]}/24" dev eth0
-  ip -n "$ns" link set eth0 up
+  netns_host "$(ns_of "$h")" "$sw" "$h" "${addr[$h]}"
 done
 note "network up: switch $sw, hosts $(for h in "${hosts[@]}"; do printf '%s=%s ' "$(ns_of "$h")" "${addr[$h]}"; done)"
 
@@ -150,20 +118,7 @@ start() {  # start NAME HOST CMD...: run CMD in HOST's namespace, log to NAME.lo
   pids+=("$!")
 }
 
-dump_logs() {
-  local f
-  for f in "$log_dir"/*.log; do
-    echo "--- tail of $f"
-    tail -n 25 "$f" || true
-  done
-}
-
-fail() {
-  note "FAIL: $*"
-  dump_logs
-  echo "FAIL: $* (logs in $log_dir)"
-  exit 1
-}
+dump_logs() { tail_logs "$log_dir"/*.log; }
 
 # wait_for_line NAME REGEX TIMEOUT_S [OTHER...]: until NAME.log has a line
 # matching REGEX; fails at once if NAME or any OTHER process exits first.

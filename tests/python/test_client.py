@@ -1,8 +1,10 @@
 """tether.Client against real shards: exact values, the staleness bound,
 bad buffers refused before anything is sent, Ctrl-C in a held pull."""
 
+import pathlib
 import re
 import signal
+import subprocess
 import time
 
 import numpy as np
@@ -309,3 +311,30 @@ def test_checkpoint_now_without_data_dir_says_why(cluster):
         assert isinstance(e.value, tether.Error)
         assert "data-dir" in e.value.message, e.value.message
         np.testing.assert_array_equal(c.pull("w"), np.zeros(4, np.float32))
+
+
+def test_tls_client_pushes_and_pulls_exactly(cluster, tmp_path):
+    # Every shard speaks TLS (tests/support/make_certs.sh): the Python
+    # client with the run's certificate works as over plain TCP, and one
+    # without it is refused with the reason.
+    make_certs = pathlib.Path(__file__).parents[1] / "support" / "make_certs.sh"
+    certs = tmp_path / "certs"
+    subprocess.run(["bash", str(make_certs), str(certs)], check=True)
+    tls = {"tls_cert": str(certs / "node.pem"),
+           "tls_key": str(certs / "node.key"), "tls_ca": str(certs / "ca.pem")}
+    flags = ["--tls-cert", tls["tls_cert"], "--tls-key", tls["tls_key"],
+             "--tls-ca", tls["tls_ca"]]
+    run = cluster(shards=2, workers=1, flags=["--block-size", "4"] + SGD,
+                  shard_flags=flags)
+    with tether.Client(run.coordinator, **tls) as c:
+        w = np.arange(12, dtype=np.float32).reshape(3, 4)
+        c.define_tensor("w", (3, 4), init=w)
+        g = np.ones((3, 4), dtype=np.float32)
+        c.push("w", g)
+        c.clock()
+        np.testing.assert_array_equal(c.pull("w"), sgd(w, g))
+    with pytest.raises(tether.Error, match="TLS handshake"):
+        tether.Client(run.coordinator, observer=True,
+                      tls_cert=str(certs / "other.pem"),
+                      tls_key=str(certs / "other.key"),
+                      tls_ca=str(certs / "other-ca.pem"))

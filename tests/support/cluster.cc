@@ -106,13 +106,14 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
     c->addresses_.push_back(ready->advertise);
     if (id == 0) {
       c->coordinator_ = ready->advertise;
-      // http://HOST:PORT/
+      // http://HOST:PORT/, or https:// with TLS
       const std::string& url = ready->dashboard;
-      if (url.rfind("http://", 0) != 0) {
+      const size_t host = url.find("://");
+      if (host == std::string::npos) {
         return Unavailable("shard 0 serves no dashboard (ready file: " + base +
                            ".ready)");
       }
-      c->dashboard_ = url.substr(7, url.find('/', 7) - 7);
+      c->dashboard_ = url.substr(host + 3, url.find('/', host + 3) - host - 3);
     }
   }
   if (o.shards > 1) {

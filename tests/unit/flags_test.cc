@@ -442,5 +442,62 @@ TEST(FlagsForMain, ExitCodesForHelpErrorsAndStrayArguments) {
   EXPECT_EQ(port, 9);
 }
 
+// Environment variables stand for flags (Kubernetes' env, Slurm's
+// exports): TETHERTEST_<FLAG>, a flag on the command line winning over its
+// variable, an empty boolean variable meaning true, and a bad value named
+// by its variable and its flag.
+class FlagsFromEnvironment : public Flags {
+ protected:
+  FlagsFromEnvironment() { parser_.UseEnvironment("TETHERTEST_"); }
+  ~FlagsFromEnvironment() override {
+    for (const char* v : {"TETHERTEST_PORT", "TETHERTEST_NAME",
+                          "TETHERTEST_VERBOSE", "TETHERTEST_LR"}) {
+      unsetenv(v);
+    }
+  }
+};
+
+TEST_F(FlagsFromEnvironment, VariableSetsTheFlagAndCountsAsGiven) {
+  setenv("TETHERTEST_PORT", "7071", 1);
+  setenv("TETHERTEST_VERBOSE", "", 1);
+  ASSERT_TRUE(ParseArgs(parser_, {}).ok());
+  EXPECT_EQ(opts_.port, 7071);
+  EXPECT_TRUE(opts_.verbose);
+  EXPECT_TRUE(parser_.WasSet("port"));
+  EXPECT_EQ(parser_.from_environment(),
+            (std::vector<std::string>{"port", "verbose"}));
+  EXPECT_EQ(parser_.EnvironmentName("auth-key-file"),
+            "TETHERTEST_AUTH_KEY_FILE");
+}
+
+TEST_F(FlagsFromEnvironment, CommandLineWinsOverTheVariable) {
+  setenv("TETHERTEST_NAME", "from-env", 1);
+  ASSERT_TRUE(ParseArgs(parser_, {"--name", "from-argv"}).ok());
+  EXPECT_EQ(opts_.name, "from-argv");
+  EXPECT_TRUE(parser_.from_environment().empty());
+}
+
+TEST_F(FlagsFromEnvironment, BadValueNamesTheVariableAndTheFlag) {
+  setenv("TETHERTEST_LR", "fast", 1);
+  Status s = ParseArgs(parser_, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_CONTAINS(s.message(), "TETHERTEST_LR");
+  EXPECT_CONTAINS(s.message(), "--lr");
+}
+
+TEST_F(Flags, VariablesAreIgnoredUnlessAsked) {
+  setenv("PORT", "1", 1);
+  setenv("TETHER_PORT", "2", 1);
+  ASSERT_TRUE(ParseArgs(parser_, {}).ok());
+  unsetenv("PORT");
+  unsetenv("TETHER_PORT");
+  EXPECT_EQ(opts_.port, 8080);
+  EXPECT_EQ(parser_.EnvironmentName("port"), "");
+}
+
+TEST_F(FlagsFromEnvironment, UsageSaysHowVariablesAreNamed) {
+  EXPECT_CONTAINS(parser_.Usage(), "TETHERTEST_AUTH_KEY_FILE");
+}
+
 }  // namespace
 }  // namespace tether

@@ -9,6 +9,7 @@
 
 #include "schema/flags.h"
 #include "schema/log.h"
+#include "schema/tls.h"
 #include "worker/client.h"
 
 int main(int argc, char** argv) {
@@ -18,6 +19,8 @@ int main(int argc, char** argv) {
                        "connect + handshake time of an observer");
   p.AddString("coordinator", &coordinator, "HOST:PORT of shard 0");
   p.AddString("auth-key-file", &auth_key_file, "the run's shared key");
+  tether::TlsOptions tls;
+  tether::BindTlsFlags(p, &tls);
   p.AddInt("times", &times, "connections to time");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   tether::InitLogging("bench", tether::LogLevel::kError);
@@ -26,6 +29,7 @@ int main(int argc, char** argv) {
     tether::ClientOptions o;
     o.coordinator = coordinator;
     o.auth_key_file = auth_key_file;
+    o.tls = tls;
     o.observer = true;
     o.name = "bench";
     o.io_threads = 1;

@@ -7,6 +7,21 @@
 #                            the HOST:PORT workers dial; fails the script,
 #                            with the end of LOG, when the shard exits first
 #                            or is not ready after 10 s
+#   two_shards NAME [FLAGS...]
+#                            starts a 2-shard cluster (no dashboard, no
+#                            workers awaited) with FLAGS given to both
+#                            shards, logs in $work/NAME-s*.log; sets
+#                            address to shard 0's. Call it directly, not in
+#                            $(...): the shards' pids must reach the trap
+#   access_bench TITLE WITH WITHOUT FLAG...
+#                            what FLAG... (given to every shard and client)
+#                            costs: two 2-shard clusters, one with them and
+#                            one without; an observer's connect + handshake
+#                            (tether-bench-connect, TIMES, default 100) and
+#                            push+pull goodput of FLOATS floats
+#                            (tether-bench-pushpull, ROUNDS, default 5), each
+#                            REPEAT (3) times; prints one line of medians and
+#                            ratios, TITLE first
 #   median V...              the median of the values
 bench_setup() {
   work=$(mktemp -d /tmp/tether-bench-XXXXXX)
@@ -31,3 +46,44 @@ shard_address() {
 }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+
+two_shards() {
+  local name=$1
+  shift
+  "$build/tether-server" --shard-id 0 --shards 2 --listen 127.0.0.1:0 --http off --workers 0 "$@" \
+    --ready-file "$work/$name-s0.ready" > "$work/$name-s0.log" 2>&1 &
+  pids+=($!)
+  local s0
+  s0=$(shard_address "$work/$name-s0.ready" "$work/$name-s0.log" "${pids[-1]}")
+  "$build/tether-server" --shard-id 1 --shards 2 --listen 127.0.0.1:0 --coordinator "$s0" "$@" \
+    --ready-file "$work/$name-s1.ready" > "$work/$name-s1.log" 2>&1 &
+  pids+=($!)
+  shard_address "$work/$name-s1.ready" "$work/$name-s1.log" "${pids[-1]}" > /dev/null
+  address=$s0
+}
+
+access_bench() {
+  local title=$1 with=$2 without=$3
+  shift 3
+  local flags=("$@")
+  two_shards plain
+  local plain=$address
+  two_shards guarded "${flags[@]}"
+  local guarded=$address
+  connect() { "$build/tether-bench-connect" --coordinator "$1" --times "${TIMES:-100}" "${@:2}" | awk '{print $3}'; }
+  goodput() { "$build/tether-bench-pushpull" --coordinator "$1" --floats "${FLOATS:-16777216}" --rounds "${ROUNDS:-5}" "${@:2}" | awk '{print $3}'; }
+  local c_plain=() c_with=() g_plain=() g_with=() i
+  for i in $(seq "${REPEAT:-3}"); do
+    c_plain+=("$(connect "$plain")")
+    c_with+=("$(connect "$guarded" "${flags[@]}")")
+    g_plain+=("$(goodput "$plain")")
+    g_with+=("$(goodput "$guarded" "${flags[@]}")")
+    printf '\r  run %d: connect %s vs %s ms, push+pull %s vs %s GB/s' "$i" \
+      "${c_with[-1]}" "${c_plain[-1]}" "${g_with[-1]}" "${g_plain[-1]}" >&2
+  done
+  printf '\r\033[K' >&2
+  awk -v ck="$(median "${c_with[@]}")" -v co="$(median "${c_plain[@]}")" \
+      -v gk="$(median "${g_with[@]}")" -v go="$(median "${g_plain[@]}")" \
+      -v n="${#c_plain[@]}" -v t="$title" -v w="$with" -v wo="$without" 'BEGIN {
+    printf "%s: connect %.2f ms %s | %.2f ms %s | ratio %.2f; push+pull %.2f GB/s %s | %.2f GB/s %s | ratio %.2f (medians of %d)\n", t, ck, w, co, wo, ck / co, gk, w, go, wo, gk / go, n }'
+}

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "schema/flags.h"
+#include "schema/tls.h"
 #include "worker/client.h"
 
 int main(int argc, char** argv) {
@@ -22,6 +23,8 @@ int main(int argc, char** argv) {
   p.AddString("coordinator", &coordinator, "HOST:PORT of shard 0");
   std::string auth_key_file;
   p.AddString("auth-key-file", &auth_key_file, "the run's shared key");
+  tether::TlsOptions tls;
+  tether::BindTlsFlags(p, &tls);
   p.AddUint64("floats", &floats, "tensor size in floats");
   p.AddInt("rounds", &rounds, "timed push+pull rounds");
   p.AddInt("warmup", &warmup, "untimed rounds first");
@@ -29,6 +32,7 @@ int main(int argc, char** argv) {
   tether::ClientOptions o;
   o.coordinator = coordinator;
   o.auth_key_file = auth_key_file;
+  o.tls = tls;
   o.observer = true;
   o.name = "bench";
   auto client = tether::Client::Connect(o);

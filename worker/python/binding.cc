@@ -595,7 +595,10 @@ PYBIND11_MODULE(_tether, m) {
                        bool observer, std::optional<std::string> auth_key_file,
                        std::optional<std::string> name, int join_timeout_ms,
                        int reconnect_timeout_ms,
-                       std::optional<std::string> command) {
+                       std::optional<std::string> command,
+                       std::optional<std::string> tls_cert,
+                       std::optional<std::string> tls_key,
+                       std::optional<std::string> tls_ca) {
              ClientOptions o;
              o.coordinator = coordinator;
              o.staleness = staleness;
@@ -606,6 +609,9 @@ PYBIND11_MODULE(_tether, m) {
              o.join_timeout_ms = join_timeout_ms;
              o.reconnect_timeout_ms = reconnect_timeout_ms;
              if (command) o.command = *command;
+             o.tls.cert_file = tls_cert.value_or("");
+             o.tls.key_file = tls_key.value_or("");
+             o.tls.ca_file = tls_ca.value_or("");
              return std::make_unique<PyClient>(std::move(o));
            }),
            py::arg("coordinator"), py::arg("staleness") = 0,
@@ -613,7 +619,8 @@ PYBIND11_MODULE(_tether, m) {
            py::arg("auth_key_file") = py::none(), py::arg("name") = py::none(),
            py::arg("join_timeout_ms") = 600000,
            py::arg("reconnect_timeout_ms") = 120000,
-           py::arg("command") = py::none())
+           py::arg("command") = py::none(), py::arg("tls_cert") = py::none(),
+           py::arg("tls_key") = py::none(), py::arg("tls_ca") = py::none())
       .def("close", &PyClient::Close)
       .def_property_readonly("closed",
                              [](PyClient& self) {

@@ -120,17 +120,22 @@ class Client:
     the dashboard lists with the run's other processes (its "Copy command
     + seeds"); by default this process's command_line(); "" tells nothing.
     It is shown to whoever reads the dashboard: no secrets in it.
+    In a run with TLS, `tls_cert`, `tls_key` and `tls_ca` are this
+    process's certificate, its key and the run's CA (PEM files), as
+    tether-server's --tls-cert, --tls-key and --tls-ca.
     """
 
     def __init__(self, coordinator, staleness=0, rank=-1, observer=False,
                  auth_key_file=None, name=None, *, join_timeout=600.0,
-                 reconnect_timeout=120.0, command=None):
+                 reconnect_timeout=120.0, command=None, tls_cert=None,
+                 tls_key=None, tls_ca=None):
         if command is None:
             command = "" if observer else command_line()
         self._c = _tether.Client(coordinator, int(staleness), int(rank),
                                  bool(observer), auth_key_file, name,
                                  int(join_timeout * 1000),
-                                 int(reconnect_timeout * 1000), str(command))
+                                 int(reconnect_timeout * 1000), str(command),
+                                 tls_cert, tls_key, tls_ca)
         self._shapes = {}
         self._dims = {}
 

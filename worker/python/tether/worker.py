@@ -76,6 +76,11 @@ def parse_args(argv):
     p.add_argument("--eval-every", type=int, default=200,
                    help="rank 0 evaluates every N clocks (0: at the end only)")
     p.add_argument("--auth-key-file", default=None)
+    p.add_argument("--tls-cert", default=None,
+                   help="this process's certificate (PEM), in a TLS run")
+    p.add_argument("--tls-key", default=None, help="its private key (PEM)")
+    p.add_argument("--tls-ca", default=None,
+                   help="the CA that signs the run's certificates (PEM)")
     p.add_argument("--name", default=None)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--profile", action="store_true",
@@ -353,10 +358,15 @@ class Trainer:
                   end="   " if self.tty else "\n", flush=True)
 
 
+def tls_args(a):
+    """The --tls-* flags as tether.Client's keyword arguments."""
+    return {"tls_cert": a.tls_cert, "tls_key": a.tls_key, "tls_ca": a.tls_ca}
+
+
 def evaluate_only(a, cls, test, shape, device):
     """The run's current weights on the test set, as an observer."""
     with tether.Client(a.coordinator, observer=True,
-                       auth_key_file=a.auth_key_file,
+                       auth_key_file=a.auth_key_file, **tls_args(a),
                        name="python -m tether.worker --evaluate-only") as c:
         torch.manual_seed(c.seed)
         model = cls(**a.model_args).to(device)
@@ -414,7 +424,7 @@ def main(argv=None):
     command = shlex.join([sys.executable, "-m", "tether.worker",
                           *[str(x) for x in args]])
     with tether.Client(a.coordinator, a.staleness, a.rank,
-                       auth_key_file=a.auth_key_file,
+                       auth_key_file=a.auth_key_file, **tls_args(a),
                        name=a.name or f"python {a.model}",
                        command=command) as client:
         torch.manual_seed(client.seed)
