@@ -251,20 +251,26 @@ void Connection::Shutdown(const Status& why) {
   }
 }
 
+std::optional<asio::ip::address> ResolveAddress(const std::string& host) {
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  if (!ec) return address;
+  asio::io_context io;
+  tcp::resolver resolver(io);
+  auto results = resolver.resolve(host, "0", ec);
+  if (ec || results.empty()) return std::nullopt;
+  return results.begin()->endpoint().address();
+}
+
 Result<HostPort> Listen(tcp::acceptor& acceptor, const std::string& listen,
                         const std::string& flag) {
   TETHER_ASSIGN_OR_RETURN(auto hp, ParseHostPort(listen, flag, true));
-  boost::system::error_code ec;
-  auto address = asio::ip::make_address(hp.host, ec);
-  if (ec) {
-    tcp::resolver resolver(acceptor.get_executor());
-    auto results = resolver.resolve(hp.host, std::to_string(hp.port), ec);
-    if (ec || results.empty()) {
-      return InvalidArgument(flag + ": cannot resolve '" + hp.host + "'");
-    }
-    address = results.begin()->endpoint().address();
+  auto address = ResolveAddress(hp.host);
+  if (!address) {
+    return InvalidArgument(flag + ": cannot resolve '" + hp.host + "'");
   }
-  tcp::endpoint endpoint(address, hp.port);
+  boost::system::error_code ec;
+  tcp::endpoint endpoint(*address, hp.port);
   acceptor.open(endpoint.protocol(), ec);
   if (!ec) acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor.bind(endpoint, ec);

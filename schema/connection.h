@@ -22,6 +22,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "schema/flags.h"
@@ -118,6 +119,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t bytes_in_ = 0;
   uint64_t bytes_out_ = 0;
 };
+
+// The address `host` names: an address literal, or a name's first
+// resolved address (the one Listen binds); nullopt when it does not
+// resolve.
+std::optional<asio::ip::address> ResolveAddress(const std::string& host);
 
 // Opens, binds and listens `acceptor` on `listen` ("HOST:PORT"; port 0
 // picks a free one) and returns the address bound, with the real port.

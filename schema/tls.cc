@@ -22,9 +22,6 @@ Status Readable(const std::string& flag, const std::string& path) {
   return Status::Ok();
 }
 
-// OpenSSL's reason for the last error of `ec`, e.g. "no start line".
-std::string Reason(const boost::system::error_code& ec) { return TlsError(ec); }
-
 // Loads this side's certificate chain and key, and the CA peers are
 // checked against.
 Status Load(ssl::context& ctx, const TlsOptions& o, bool with_ca) {
@@ -33,7 +30,7 @@ Status Load(ssl::context& ctx, const TlsOptions& o, bool with_ca) {
   ctx.use_certificate_chain_file(o.cert_file, ec);
   if (ec) {
     return InvalidArgument("--tls-cert: '" + o.cert_file +
-                           "' is not a PEM certificate: " + Reason(ec));
+                           "' is not a PEM certificate: " + TlsError(ec));
   }
   TETHER_RETURN_IF_ERROR(Readable("--tls-key", o.key_file));
   ctx.use_private_key_file(o.key_file, ssl::context::pem, ec);
@@ -49,14 +46,14 @@ Status Load(ssl::context& ctx, const TlsOptions& o, bool with_ca) {
                              o.cert_file + "'");
     }
     return InvalidArgument("--tls-key: '" + o.key_file +
-                           "' is not a PEM private key: " + Reason(ec));
+                           "' is not a PEM private key: " + TlsError(ec));
   }
   if (!with_ca) return Status::Ok();
   TETHER_RETURN_IF_ERROR(Readable("--tls-ca", o.ca_file));
   ctx.load_verify_file(o.ca_file, ec);
   if (ec) {
     return InvalidArgument("--tls-ca: '" + o.ca_file +
-                           "' holds no PEM certificate: " + Reason(ec));
+                           "' holds no PEM certificate: " + TlsError(ec));
   }
   return Status::Ok();
 }
@@ -133,10 +130,7 @@ std::string TlsError(const boost::system::error_code& ec) {
     }
     if (reason != nullptr) return reason;
   }
-  if (ec == asio::ssl::error::stream_truncated) {
-    return "the peer closed the connection during the TLS handshake";
-  }
-  if (ec == asio::error::eof) {
+  if (ec == asio::ssl::error::stream_truncated || ec == asio::error::eof) {
     return "the peer closed the connection during the TLS handshake";
   }
   return ec.message();

@@ -7,7 +7,6 @@
 #include "schema/log.h"
 #include "server/health.h"
 #include "server/json_text.h"
-#include "server/options.h"
 #include "server/web_assets.h"
 
 namespace tether {
@@ -93,31 +92,29 @@ Status Dashboard::Start() {
                       << options_.token_file;
   }
   TETHER_RETURN_IF_ERROR(http_->Bind());
-  TETHER_RETURN_IF_ERROR(CheckExposure());
+  LogExposure();
   http_->Start();
   Tick();  // the first figures, before anyone asks
   return Status::Ok();
 }
 
-Status Dashboard::CheckExposure() const {
-  if (http_->loopback()) return Status::Ok();
-  // As a shard's --listen needs --auth-key-file: serving beyond this host
-  // is a choice the operator states.
+void Dashboard::LogExposure() const {
+  // Serving beyond this host without a token or --insecure was refused
+  // with the flags (ParseServerOptions).
+  if (http_->loopback()) return;
   if (!token_.empty()) {
     TETHER_LOG(kInfo) << "dashboard: " << http_->address()
                       << " is not loopback: anyone who reaches it can read "
                          "the run; POST endpoints need the token";
-    return Status::Ok();
+    return;
   }
-  TETHER_RETURN_IF_ERROR(DashboardExposure(options_, false));
   TETHER_LOG(kWarning) << "dashboard: no --http-token-file (--insecure): "
                           "anyone who reaches "
                        << http_->address() << " can read the run";
-  return Status::Ok();
 }
 
 std::string Dashboard::url() const {
-  return (http_->tls() ? "https://" : "http://") + http_->address() + "/";
+  return http_->scheme() + http_->address() + "/";
 }
 
 void Dashboard::Stop() {
@@ -156,8 +153,8 @@ HttpResponse Dashboard::CheckpointNow() {
 
 std::optional<HttpResponse> Dashboard::Refuse(const HttpRequest& request) {
   // A page on another site must not make the cluster do things.
-  const char* scheme = http_->tls() ? "https://" : "http://";
-  if (!request.origin.empty() && request.origin != scheme + request.host) {
+  if (!request.origin.empty() &&
+      request.origin != http_->scheme() + request.host) {
     LogRefusal(request, "cross-origin (Origin " + ForLog(request.origin) + ")");
     return Error(403,
                  "cross-origin request from " + request.origin + " refused");

@@ -55,9 +55,8 @@ class Dashboard : public std::enable_shared_from_this<Dashboard> {
   // Why a POST is refused (foreign origin, no or wrong token), if it is;
   // each refusal is logged with the client's address.
   std::optional<HttpResponse> Refuse(const HttpRequest& request);
-  // Whether the bound --http may be served: loopback, or with a token, or
-  // --insecure (logged loudly).
-  Status CheckExposure() const;
+  // Logs what serving a non-loopback address exposes.
+  void LogExposure() const;
 
   const DashboardOptions options_;
   Shard* const shard_;

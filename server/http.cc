@@ -206,14 +206,6 @@ HttpRequest ToRequest(http::request<http::string_body>& request,
                      std::move(peer)};
 }
 
-// "HOST:PORT" of the client, for logs; "?" once the socket is gone.
-std::string PeerOf(beast::tcp_stream& stream) {
-  beast::error_code ec;
-  auto ep = stream.socket().remote_endpoint(ec);
-  return ec ? std::string("?")
-            : ep.address().to_string() + ":" + std::to_string(ep.port());
-}
-
 }  // namespace
 
 struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
@@ -392,7 +384,7 @@ class WebSocketSession
   std::deque<std::shared_ptr<const std::string>> queue_;  // on the strand
   bool closed_ = false;                                   // on the strand
   uint64_t greeted_seq_ = 0;                              // on the strand
-  const std::string peer_ = PeerOf(beast::get_lowest_layer(ws_));
+  const std::string peer_ = PeerAddress(beast::get_lowest_layer(ws_).socket());
 };
 
 // One HTTP connection: over TLS, the handshake first; then requests in
@@ -581,7 +573,7 @@ class HttpSession : public Closable,
         });
   }
 
-  std::string Peer() { return PeerOf(Lowest()); }
+  std::string Peer() { return PeerAddress(Lowest().socket()); }
 
   // What a page served here calls its origin.
   static constexpr const char* kScheme = kTls<Stream> ? "https://" : "http://";
@@ -664,7 +656,9 @@ std::string HttpServer::address() const { return impl_->address; }
 
 bool HttpServer::loopback() const { return impl_->loopback; }
 
-bool HttpServer::tls() const { return impl_->options.tls.enabled(); }
+const char* HttpServer::scheme() const {
+  return impl_->options.tls.enabled() ? "https://" : "http://";
+}
 
 void HttpServer::Publish(WsMessage message) {
   // As Beast's broadcast example: the list is copied under the lock, the

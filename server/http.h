@@ -98,8 +98,8 @@ class HttpServer {
   std::string address() const;
   // Whether the bound address is a loopback one; after Bind().
   bool loopback() const;
-  // Whether it serves HTTPS and WSS (options.tls is on), not plain HTTP.
-  bool tls() const;
+  // "https://" when it serves TLS (HttpOptions::tls), else "http://".
+  const char* scheme() const;
 
   // Sends `message` to every WebSocket client whose greeting it is newer
   // than, so each client sees its greeting and then every later message,

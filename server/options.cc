@@ -1,11 +1,9 @@
 #include "server/options.h"
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/address.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <cstdlib>
 #include <optional>
 
+#include "schema/connection.h"
 #include "server/settings_fields.h"
 
 namespace tether {
@@ -245,18 +243,33 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
   return CheckTlsOptions(o.tls);
 }
 
-// Whether `host` names a loopback address: an address literal or a name
-// that resolves (the first address, as Listen binds it); nullopt for a name
-// that does not resolve (Listen says so at start).
+// Listening beyond loopback is a choice the operator states: a shard's
+// --listen needs --auth-key-file and shard 0's --http needs
+// --http-token-file, or --insecure. Why an address that is not loopback is
+// refused (OK when `loopback`, or allowed).
+Status ListenExposure(const ServerOptions& o, bool loopback) {
+  if (loopback || !o.auth_key_file.empty() || o.insecure) return Status::Ok();
+  return InvalidArgument(
+      "--listen " + o.listen +
+      " is not a loopback address: give --auth-key-file (the run's shared "
+      "key), or --insecure to let anyone who reaches it join the run");
+}
+
+Status DashboardExposure(const DashboardOptions& d, bool loopback) {
+  if (loopback || !d.token_file.empty() || d.insecure) return Status::Ok();
+  return InvalidArgument(
+      "--http " + d.http.listen +
+      " is not a loopback address: give --http-token-file (the "
+      "dashboard's token), or --insecure to let anyone who reaches it "
+      "read the run");
+}
+
+// Whether `host` names a loopback address; nullopt for a name that does
+// not resolve (Listen says so at start).
 std::optional<bool> IsLoopback(const std::string& host) {
-  boost::system::error_code ec;
-  auto address = boost::asio::ip::make_address(host, ec);
-  if (!ec) return address.is_loopback();
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::resolver resolver(io);
-  auto results = resolver.resolve(host, "0", ec);
-  if (ec || results.empty()) return std::nullopt;
-  return results.begin()->endpoint().address().is_loopback();
+  auto address = ResolveAddress(host);
+  if (!address) return std::nullopt;
+  return address->is_loopback();
 }
 
 // The exposure rules on the addresses the flags name.
@@ -275,23 +288,6 @@ Status CheckExposure(const ServerOptions& o) {
 }
 
 }  // namespace
-
-Status ListenExposure(const ServerOptions& o, bool loopback) {
-  if (loopback || !o.auth_key_file.empty() || o.insecure) return Status::Ok();
-  return InvalidArgument(
-      "--listen " + o.listen +
-      " is not a loopback address: give --auth-key-file (the run's shared "
-      "key), or --insecure to let anyone who reaches it join the run");
-}
-
-Status DashboardExposure(const DashboardOptions& d, bool loopback) {
-  if (loopback || !d.token_file.empty() || d.insecure) return Status::Ok();
-  return InvalidArgument(
-      "--http " + d.http.listen +
-      " is not a loopback address: give --http-token-file (the "
-      "dashboard's token), or --insecure to let anyone who reaches it "
-      "read the run");
-}
 
 std::string ServerUsage() {
   ServerOptions o;

@@ -70,14 +70,6 @@ struct ServerOptions {
 // The usage text (every flag, its meaning and default).
 std::string ServerUsage();
 
-// Listening beyond loopback is a choice the operator states: a shard's
-// --listen needs --auth-key-file and shard 0's --http needs
-// --http-token-file, or --insecure. These say why an address that is not
-// loopback is refused (OK when `loopback`, or when allowed); Check applies
-// them to what the flags name, and the shard again to what it bound.
-Status ListenExposure(const ServerOptions& options, bool loopback);
-Status DashboardExposure(const DashboardOptions& dashboard, bool loopback);
-
 // The line --check prints for options that passed: what this process
 // would be ("shard 1 of 2, listening on 0.0.0.0:7070, ...").
 std::string DescribeServerOptions(const ServerOptions& options);

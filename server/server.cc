@@ -67,10 +67,6 @@ Status Server::Bind() {
                           Listen(acceptor_, options_.listen, "--listen"));
   boost::system::error_code ec;
   const bool loopback = acceptor_.local_endpoint(ec).address().is_loopback();
-  if (Status exposed = ListenExposure(options_, loopback); !exposed.ok()) {
-    acceptor_.close(ec);
-    return exposed;
-  }
   listening_ = bound.ToString();
   address_ = options_.advertise.empty() ? listening_ : options_.advertise;
   if (tls_server_) {
@@ -102,8 +98,6 @@ Status Server::Start() {
   }
   TETHER_ASSIGN_OR_RETURN(tls_server_,
                           MakeTlsContext(options_.tls, TlsRole::kServer));
-  TETHER_ASSIGN_OR_RETURN(tls_client_,
-                          MakeTlsContext(options_.tls, TlsRole::kClient));
   TETHER_RETURN_IF_ERROR(Bind());
   for (int i = 0; i < options_.threads; ++i) {
     threads_.emplace_back([this] { io_.run(); });
@@ -242,8 +236,10 @@ void Server::SendStats() {
 Status Server::RegisterWithCoordinator() {
   TETHER_ASSIGN_OR_RETURN(auto coordinator,
                           ParseHostPort(options_.coordinator, "--coordinator"));
+  TETHER_ASSIGN_OR_RETURN(auto tls,
+                          MakeTlsContext(options_.tls, TlsRole::kClient));
   auto stream = ConnectWithRetry(io_, coordinator, "the coordinator",
-                                 options_.connect_timeout_ms, tls_client_);
+                                 options_.connect_timeout_ms, std::move(tls));
   if (!stream.ok()) return stream.status().WithContext("--coordinator");
   coordinator_link_ =
       std::make_shared<Connection>(std::move(*stream), connection_options_);
@@ -667,8 +663,8 @@ Status Server::StartHealth() {
       [] { return WsMessage{}; });
   TETHER_RETURN_IF_ERROR(health_->Bind());
   health_->Start();
-  TETHER_LOG(kInfo) << "health probes at http://" << health_->address()
-                    << "/healthz and /readyz";
+  TETHER_LOG(kInfo) << "health probes at " << health_->scheme()
+                    << health_->address() << "/healthz and /readyz";
   return Status::Ok();
 }
 

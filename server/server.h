@@ -121,9 +121,9 @@ class Server {
   std::shared_ptr<Connection> coordinator_link_;  // shards > 0
   std::shared_ptr<Dashboard> dashboard_;          // shard 0 with --http
   std::unique_ptr<HttpServer> health_;            // with --health
-  // TLS contexts, made by Start(); null without --tls-cert.
+  // The TLS context connections are accepted with, made by Start(); null
+  // without --tls-cert.
   std::shared_ptr<asio::ssl::context> tls_server_;
-  std::shared_ptr<asio::ssl::context> tls_client_;
   std::unique_ptr<asio::steady_timer> stats_timer_;  // shards > 0
   std::unique_ptr<asio::steady_timer> eviction_timer_;
   std::unique_ptr<asio::steady_timer> coordinator_lost_timer_;  // shards > 0

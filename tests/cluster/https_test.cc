@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "schema/flags.h"
+#include "tests/support/certs.h"
 #include "tests/support/cluster.h"
 
 namespace tether::testing {
@@ -37,13 +38,6 @@ using Response = http::response<http::string_body>;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kTimeout(5000);  // for each client operation
-
-// tests/support/make_certs.sh, found from this file's path.
-std::string MakeCertsScript() {
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() /
-          "support" / "make_certs.sh")
-      .string();
-}
 
 tcp::endpoint EndpointOf(const std::string& address) {
   auto hp = ParseHostPort(address, "dashboard");
@@ -208,10 +202,9 @@ Result<std::string> PlainExchange(const std::string& address,
 class Https : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string output;
-    auto made =
-        RunToExit({"/bin/bash", MakeCertsScript(), Cert("")}, &output, 30000);
-    ASSERT_TRUE(made.ok() && *made == 0) << output;
+    auto made = testing::TestCerts::Make(dir_.path() + "/certs");
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    certs_ = *made;
   }
   void TearDown() override {
     if (HasFailure() && shard_) {
@@ -219,13 +212,8 @@ class Https : public ::testing::Test {
     }
   }
 
-  std::string Cert(const std::string& name) const {
-    return dir_.path() + "/certs/" + name;
-  }
-  std::vector<std::string> TlsFlags() const {
-    return {"--tls-cert",     Cert("node.pem"), "--tls-key",
-            Cert("node.key"), "--tls-ca",       Cert("ca.pem")};
-  }
+  std::string Cert(const std::string& name) const { return certs_.File(name); }
+  std::vector<std::string> TlsFlags() const { return certs_.Flags(); }
 
   // Starts shard 0 of a one-shard run of `workers`, with TLS and `flags`;
   // its dashboard must be an https:// one.
@@ -265,6 +253,7 @@ class Https : public ::testing::Test {
   }
 
   TempDir dir_;
+  testing::TestCerts certs_;
   std::unique_ptr<Process> shard_;
   std::string dashboard_;    // HOST:PORT
   std::string coordinator_;  // HOST:PORT

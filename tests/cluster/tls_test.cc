@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "schema/flags.h"
+#include "tests/support/certs.h"
 #include "tests/support/cluster.h"
 
 namespace tether {
@@ -27,27 +28,12 @@ using testing::TempDir;
 
 constexpr int kLogTimeoutMs = 10000;
 
-// Certificates from tests/support/make_certs.sh, made in `dir`.
-struct Certs {
-  std::string dir;
-  std::string File(const std::string& name) const { return dir + "/" + name; }
-  // The --tls-* flags for a process holding `leaf`.pem/.key, trusting `ca`.
-  std::vector<std::string> Flags(const std::string& leaf = "node",
-                                 const std::string& ca = "ca") const {
-    return {"--tls-cert",        File(leaf + ".pem"), "--tls-key",
-            File(leaf + ".key"), "--tls-ca",          File(ca + ".pem")};
-  }
-};
-
 class Tls : public ::testing::Test {
  protected:
   void SetUp() override {
-    certs_.dir = dir_.path() + "/certs";
-    std::string out;
-    auto made =
-        RunToExit({"/bin/bash", TETHER_MAKE_CERTS, certs_.dir}, &out, 30000);
+    auto made = testing::TestCerts::Make(dir_.path() + "/certs");
     ASSERT_TRUE(made.ok()) << made.status().ToString();
-    ASSERT_EQ(*made, 0) << out;
+    certs_ = *made;
   }
 
   void StartCluster(int shards, int workers,
@@ -75,7 +61,7 @@ class Tls : public ::testing::Test {
   }
 
   TempDir dir_;
-  Certs certs_;
+  testing::TestCerts certs_;
   std::unique_ptr<Cluster> cluster_;
 };
 
