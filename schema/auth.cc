@@ -155,9 +155,11 @@ OutFrame MakeHelloFrame(const HelloFields& h) {
   auto proof = bytes(h.proof);
   auto nonce = bytes(h.nonce);
   auto command = h.command.empty() ? 0 : fbb.CreateString(h.command);
+  auto serving =
+      h.serving_run_id.empty() ? 0 : fbb.CreateString(h.serving_run_id);
   auto hello = wire::CreateHello(fbb, kProtocolVersion, h.role, h.rank,
                                  h.staleness, h.shard_id, address, proof, name,
-                                 h.clock, nonce, command);
+                                 h.clock, nonce, command, serving);
   return FinishFrame(fbb, hello);
 }
 

@@ -85,8 +85,10 @@ struct HelloFields {
   std::string name;
   int64_t clock = -1;
   std::string command;  // the peer's command line, shell-quoted; "" none
-  std::string nonce;    // set by PeerAuth
-  std::string proof;    // set by PeerAuth
+  // A shard re-registering with a restarted coordinator: the run it serves.
+  std::string serving_run_id;
+  std::string nonce;  // set by PeerAuth
+  std::string proof;  // set by PeerAuth
 };
 
 OutFrame MakeHelloFrame(const HelloFields& hello);

@@ -6,14 +6,9 @@
 namespace tether {
 namespace {
 
-// SplitMix64's finaliser: spreads nearby inputs (rank 0, 1, 2...) over
+// SplitMix64's step: spreads nearby inputs (rank 0, 1, 2...) over
 // unrelated seeds.
-uint64_t Mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+uint64_t Mix64(uint64_t z) { return MixBits(z + 0x9e3779b97f4a7c15ULL); }
 
 // Uniform in [0, bound), unbiased.
 uint64_t UniformBelow(std::mt19937_64& gen, uint64_t bound) {

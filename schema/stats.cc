@@ -21,6 +21,7 @@ ShardStats::Worker ReadWorker(const wire::WorkerStat& w) {
   worker.wait_fraction = w.wait_fraction();
   worker.done = w.done();
   worker.nonfinite_pushes = w.nonfinite_pushes();
+  worker.left = w.left();
   return worker;
 }
 
@@ -50,6 +51,7 @@ OutFrame MakeStatsFrame(uint64_t request_id, const ShardStats& stats) {
     w.add_wait_fraction(worker.wait_fraction);
     w.add_done(worker.done);
     w.add_nonfinite_pushes(worker.nonfinite_pushes);
+    w.add_left(worker.left);
     workers.push_back(w.Finish());
   }
   auto workers_offset = fbb.CreateVector(workers);

@@ -31,6 +31,9 @@ struct ShardStats {
     // Its pushes this shard refused as non-finite: holding NaN or Inf, or
     // an update that would have made a weight or slot non-finite.
     uint64_t nonfinite_pushes = 0;
+    // Shard 0: it left the run for good (said so, or its epochs are done);
+    // its rank is free for a worker that joins later.
+    bool left = false;
   };
   int shard_id = 0;
   uint32_t tensors = 0;

@@ -993,8 +993,9 @@ std::string IdentityMismatch(const ShardSnapshot& snapshot, int shard_id,
         " in the round, " + (run.run_id.empty() ? "(none)" : run.run_id) +
         " here");
   }
-  // Seed, shard and worker counts, block size, optimizer: what a resume
-  // checks the round's record against too.
+  // Seed, shard count, block size, optimizer. A round written by another
+  // number of shards is merged and cut again before it is served
+  // (server/round_merge.h), so its slices never reach a shard as they are.
   add(SettingsMismatch(r, run));
   return out;
 }

@@ -91,13 +91,17 @@ struct RoundRecord {
   uint64_t bytes = 0;    // written by all shards together
   RunSettings settings;  // includes the seed and shard/worker counts
   std::vector<WorkerPosition> workers;
+  // Shard 0's data assignment when the round completed (DataProgress as
+  // JSON, server/data_progress.h); "" in rounds written before it was kept.
+  std::string data;
 };
 
 // "" when `snapshot` (a round read from a shard's data dir) belongs to shard
 // `shard_id` of the run `run` describes: the same shard id and run id, and
-// the settings SettingsMismatch compares (seed, shard and worker counts,
-// block size, optimizer). Else what differs, e.g. "shard id 0 in the round,
-// 1 here; run id 6f1c... in the round, 92ab... here".
+// the settings SettingsMismatch compares (seed, shard count, block size,
+// optimizer; not the worker count, which a resume may change). Else what
+// differs, e.g. "shard id 0 in the round, 1 here; run id 6f1c... in the round,
+// 92ab... here".
 std::string IdentityMismatch(const ShardSnapshot& snapshot, int shard_id,
                              const RunSettings& run);
 

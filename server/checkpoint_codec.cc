@@ -322,13 +322,15 @@ std::string RecordToJson(const RoundRecord& r) {
                                    {"epoch", w.epoch},
                                    {"samples", w.samples}});
   }
-  return json::serialize(json::object{{"format", kFormat},
-                                      {"round", r.round},
-                                      {"clock", r.clock},
-                                      {"unix_ms", r.unix_ms},
-                                      {"bytes", r.bytes},
-                                      {"settings", SettingsToJson(r.settings)},
-                                      {"workers", std::move(workers)}});
+  json::object record{{"format", kFormat},
+                      {"round", r.round},
+                      {"clock", r.clock},
+                      {"unix_ms", r.unix_ms},
+                      {"bytes", r.bytes},
+                      {"settings", SettingsToJson(r.settings)},
+                      {"workers", std::move(workers)}};
+  if (!r.data.empty()) record["data"] = json::parse(r.data);
+  return json::serialize(record);
 }
 
 Result<RoundRecord> RecordFromJson(std::string_view text) {
@@ -354,6 +356,9 @@ Result<RoundRecord> RecordFromJson(std::string_view text) {
     r->workers.push_back(p);
   }
   if (!f.ok()) return Corruption(f.error());
+  if (const json::value* data = v.as_object().if_contains("data")) {
+    r->data = json::serialize(*data);
+  }
   return record;
 }
 

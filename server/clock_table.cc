@@ -10,6 +10,13 @@ namespace tether {
 ClockTable::ClockTable(int num_workers, int backup)
     : backup_(backup), clocks_(num_workers, 0), live_(num_workers, true) {}
 
+void ClockTable::Grow(int num_workers) {
+  if (num_workers <= this->num_workers()) return;
+  const int64_t at = min_clock();
+  clocks_.resize(num_workers, at);
+  live_.resize(num_workers, false);
+}
+
 void ClockTable::Restart(int64_t clock) {
   assert(waiting_.empty());
   clocks_.assign(clocks_.size(), clock);

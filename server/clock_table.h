@@ -29,6 +29,11 @@ class ClockTable {
   // Ranks 0..num_workers-1, all live at clock 0.
   explicit ClockTable(int num_workers, int backup = 0);
 
+  // Adds ranks up to num_workers - 1 (a worker joining after the start),
+  // not live, each at min_clock() (so one that joins an empty run does not
+  // take the clocks back). No-op when there are that many already.
+  void Grow(int num_workers);
+
   int num_workers() const { return static_cast<int>(clocks_.size()); }
   int64_t clock(int rank) const { return clocks_[rank]; }
   // Minimum clock over live workers; max_clock() when none is live.

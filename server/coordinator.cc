@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "schema/log.h"
+#include "server/data_progress.h"
 #include "server/shard.h"
 
 namespace tether {
@@ -16,7 +17,8 @@ Coordinator::Coordinator(RunSettings settings, std::string own_address,
       shard_seen_(settings.num_shards, false),
       latest_complete_round_(settings.resume_round),
       worker_conns_(settings.num_workers, nullptr),
-      worker_links_(settings.num_workers) {
+      worker_links_(settings.num_workers),
+      left_(settings.num_workers, false) {
   shard_addresses_[0] = std::move(own_address);
 }
 
@@ -46,17 +48,42 @@ int Coordinator::JoinedWorkers() const {
   return n;
 }
 
+bool Coordinator::QuorumJoined() const {
+  for (int r = 0; r < settings_.num_workers; ++r) {
+    if (worker_conns_[r] == nullptr) return false;
+  }
+  return true;
+}
+
+std::vector<int> Coordinator::InRunLocked() const {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < worker_conns_.size(); ++r) {
+    if (worker_conns_[r] != nullptr && !left_[r]) {
+      ranks.push_back(static_cast<int>(r));
+    }
+  }
+  return ranks;
+}
+
 void Coordinator::RegisterShard(int shard_id, const std::string& address,
-                                const std::shared_ptr<Connection>& conn) {
+                                const std::shared_ptr<Connection>& conn,
+                                const std::string& serving_run_id) {
   MutexLock lock(&mu_);
   Status error;
-  if (shard_id <= 0 || shard_id >= settings_.num_shards) {
+  if (!serving_run_id.empty() && serving_run_id != settings_.run_id) {
+    error = InvalidArgument(
+        "shard " + std::to_string(shard_id) + " serves run " + serving_run_id +
+        ", and this coordinator runs " + settings_.run_id +
+        ": start shard 0 again with --resume latest and the run's "
+        "--data-dir to take that run back");
+  } else if (shard_id <= 0 || shard_id >= settings_.num_shards) {
     error = InvalidArgument("shard id " + std::to_string(shard_id) +
                             " is not in 1.." +
                             std::to_string(settings_.num_shards - 1) +
                             " (coordinator runs --shards " +
                             std::to_string(settings_.num_shards) + ")");
-  } else if (shard_conns_[shard_id].lock() != nullptr) {
+  } else if (serving_run_id.empty() &&
+             shard_conns_[shard_id].lock() != nullptr) {
     error = InvalidArgument("shard " + std::to_string(shard_id) +
                             " is already registered from " +
                             shard_addresses_[shard_id]);
@@ -67,6 +94,39 @@ void Coordinator::RegisterShard(int shard_id, const std::string& address,
     TETHER_LOG(kWarning) << "refused shard registration from " << conn->peer()
                          << ": " << error.message();
     return conn->SendAndClose(MakeErrorFrame(0, error));
+  }
+  if (!serving_run_id.empty()) {
+    // It lost its coordinator (shard 0 restarted, or the network between
+    // them failed) and kept serving: its state is newer than any round.
+    if (!shard_addresses_[shard_id].empty() &&
+        address != shard_addresses_[shard_id]) {
+      TETHER_LOG(kWarning) << "shard " << shard_id << " re-registered at "
+                           << address << ", not " << shard_addresses_[shard_id];
+    }
+    // This side may not have seen its old connection end yet.
+    std::shared_ptr<Connection> old = shard_conns_[shard_id].lock();
+    shard_seen_[shard_id] = true;
+    shard_addresses_[shard_id] = address;
+    shard_conns_[shard_id] = conn;
+    TETHER_LOG(kInfo) << "shard " << shard_id << " registered again at "
+                      << address
+                      << ": it kept serving the run and keeps its state";
+    conn->Send(MakeWelcome(-1, -1));
+    bool all_loaded = false;
+    if (resume_.active) {
+      resume_.taken_back = true;
+      resume_.loaded[shard_id] = true;
+      all_loaded = std::all_of(resume_.loaded.begin(), resume_.loaded.end(),
+                               [](bool loaded) { return loaded; });
+    }
+    if (all_loaded) {
+      ResumedLocked();
+    } else {
+      ReleaseLocked();
+    }
+    lock.Unlock();
+    if (old && old != conn) old->Close();
+    return;
   }
   if (shard_seen_[shard_id]) {
     // A restarted shard: it loads the latest complete round and workers
@@ -117,14 +177,19 @@ Result<int> Coordinator::JoinWorker(int requested_rank, int staleness,
                        "); start a new one, or resume it with --resume");
   }
   const int n = settings_.num_workers;
+  const int capacity = RankCapacity(settings_);
   int rank = requested_rank;
-  if (rank >= n) {
-    return InvalidArgument("rank " + std::to_string(rank) +
-                           " is out of range: this run has " +
-                           std::to_string(n) + " workers (--workers)");
+  if (rank >= capacity) {
+    return InvalidArgument(
+        "rank " + std::to_string(rank) + " is out of range: this run takes " +
+        (settings_.max_workers > 0
+             ? "ranks 0.." + std::to_string(capacity - 1) + " (--max-workers " +
+                   std::to_string(settings_.max_workers) + ")"
+             : "ranks below " + std::to_string(capacity)));
   }
+  const int held = static_cast<int>(worker_conns_.size());
   std::shared_ptr<Connection> replaced;
-  if (rank >= 0 && worker_conns_[rank] != nullptr) {
+  if (rank >= 0 && rank < held && worker_conns_[rank] != nullptr) {
     if (!reconnecting) {
       return InvalidArgument("rank " + std::to_string(rank) +
                              " is already held by a connected worker");
@@ -136,19 +201,30 @@ Result<int> Coordinator::JoinWorker(int requested_rank, int staleness,
                          << conn->peer() << "; closing its old connection";
   }
   if (rank < 0) {
-    for (int r = 0; r < n && rank < 0; ++r) {
-      if (worker_conns_[r] == nullptr) rank = r;
+    for (int r = 0; r < capacity && rank < 0; ++r) {
+      if (r >= held || worker_conns_[r] == nullptr) rank = r;
     }
     if (rank < 0) {
-      return Unavailable("cluster full: all " + std::to_string(n) +
-                         " worker ranks are taken (--workers)");
+      return Unavailable("cluster full: all " + std::to_string(capacity) +
+                         " worker ranks are taken (--max-workers)");
     }
   }
+  if (rank >= held) {
+    worker_conns_.resize(rank + 1, nullptr);
+    worker_links_.resize(rank + 1);
+    left_.resize(rank + 1, false);
+  }
+  left_[rank] = false;
   worker_conns_[rank] = conn.get();
   worker_links_[rank] = conn;
   waiting_.push_back({conn, rank, staleness});
-  TETHER_LOG(kInfo) << "worker " << rank << " joined from " << conn->peer()
-                    << " (" << JoinedWorkers() << "/" << n << ")";
+  if (started_ && rank >= n) {
+    TETHER_LOG(kInfo) << "worker " << rank << " joined from " << conn->peer()
+                      << " (" << JoinedWorkers() << " in the run)";
+  } else {
+    TETHER_LOG(kInfo) << "worker " << rank << " joined from " << conn->peer()
+                      << " (" << JoinedWorkers() << "/" << n << ")";
+  }
   ReleaseLocked();
   lock.Unlock();
   if (replaced) replaced->Close();
@@ -157,7 +233,7 @@ Result<int> Coordinator::JoinWorker(int requested_rank, int staleness,
 
 void Coordinator::WorkerLeft(int rank, const Connection* conn) {
   MutexLock lock(&mu_);
-  if (rank < 0 || rank >= settings_.num_workers) return;
+  if (rank < 0 || rank >= static_cast<int>(worker_conns_.size())) return;
   if (worker_conns_[rank] != conn) return;
   worker_conns_[rank] = nullptr;
   worker_links_[rank].reset();
@@ -165,7 +241,66 @@ void Coordinator::WorkerLeft(int rank, const Connection* conn) {
                 [conn](const Waiting& w) { return w.conn.get() == conn; });
   // A chunk it was training on goes to the next worker that asks.
   if (chunks_) chunks_->Release(rank);
-  TETHER_LOG(kInfo) << "worker " << rank << " left";
+  if (left_[rank]) {
+    TETHER_LOG(kInfo) << "worker " << rank << " disconnected; rank " << rank
+                      << " is free";
+  } else {
+    TETHER_LOG(kWarning) << "worker " << rank
+                         << " disconnected without leaving: it may come back";
+  }
+}
+
+void Coordinator::WorkerLeaving(
+    int rank, const Connection* conn, const std::string& reason, bool finished,
+    const std::optional<SharePlans::Leftover>& unfinished) {
+  MutexLock lock(&mu_);
+  if (rank < 0 || rank >= static_cast<int>(worker_conns_.size()) ||
+      worker_conns_[rank] != conn || left_[rank]) {
+    return;
+  }
+  left_[rank] = true;
+  if (chunks_ && finished) chunks_->Complete(rank);
+  if (chunks_) chunks_->Release(rank);  // unfinished: back to the pool
+  if (unfinished) {
+    shares_.AddLeftover(*unfinished);
+    TETHER_LOG(kInfo) << "worker " << rank
+                      << " leaves part of a share of epoch "
+                      << unfinished->epoch << " untrained (from row "
+                      << unfinished->first_row
+                      << "): the next member that asks trains it";
+  }
+  TETHER_LOG(kInfo) << "worker " << rank << " left the run ("
+                    << (reason.empty() ? "no reason given" : reason) << "); "
+                    << InRunLocked().size() << " in the run";
+}
+
+Result<SharePlans::Answer> Coordinator::Share(int rank, int epoch,
+                                              int64_t clock, uint32_t batch) {
+  if (epoch < 0) {
+    return InvalidArgument("share request for epoch " + std::to_string(epoch));
+  }
+  MutexLock lock(&mu_);
+  const bool known = shares_.plans().count(epoch) > 0;
+  SharePlans::Answer answer =
+      shares_.Ask(rank, epoch, clock, InRunLocked(), batch);
+  if (!known && answer.decided) {
+    TETHER_LOG(kInfo) << "epoch " << epoch << ": " << answer.members
+                      << " worker(s) share the data";
+  }
+  return answer;
+}
+
+std::optional<SharePlans::Leftover> Coordinator::TakeLeftover(int rank,
+                                                              int epoch) {
+  MutexLock lock(&mu_);
+  auto leftover = shares_.TakeLeftover(epoch);
+  if (leftover) {
+    TETHER_LOG(kInfo) << "worker " << rank << " trains the rest of member "
+                      << leftover->index << "'s share of epoch "
+                      << leftover->epoch << " (from row " << leftover->first_row
+                      << ")";
+  }
+  return leftover;
 }
 
 void Coordinator::OnRoundComplete(
@@ -239,35 +374,61 @@ void Coordinator::RoundWritten(const ShardRound& written) {
   for (auto& conn : shards) conn->Send(frame);
 }
 
-Result<Coordinator::DataAnswer> Coordinator::NextChunk(int rank, uint64_t rows,
-                                                       uint32_t chunk_rows,
-                                                       int epochs) {
+Result<Coordinator::DataAnswer> Coordinator::NextChunk(int rank,
+                                                       const ChunkRequest& r) {
   MutexLock lock(&mu_);
   if (!chunks_) {
-    auto pool = ChunkPool::Create(settings_.num_workers, rows, chunk_rows,
-                                  epochs, settings_.seed);
+    auto pool = ChunkPool::Create(RankCapacity(settings_), r.rows, r.chunk_rows,
+                                  r.epochs, settings_.seed);
     if (!pool.ok()) return pool.status().WithContext("data request");
     chunks_ = std::move(*pool);
-    chunk_rows_total_ = rows;
-    chunk_rows_ = chunk_rows;
-    chunk_epochs_ = epochs;
-    TETHER_LOG(kInfo) << "chunked data: " << rows << " rows in chunks of "
-                      << chunk_rows << ", " << epochs << " epochs";
-  } else if (rows != chunk_rows_total_ || chunk_rows != chunk_rows_ ||
-             epochs != chunk_epochs_) {
-    return InvalidArgument("data request for " + std::to_string(rows) +
-                           " rows, chunks of " + std::to_string(chunk_rows) +
-                           ", " + std::to_string(epochs) +
+    chunk_rows_total_ = r.rows;
+    chunk_rows_ = r.chunk_rows;
+    chunk_epochs_ = r.epochs;
+    TETHER_LOG(kInfo) << "chunked data: " << r.rows << " rows in chunks of "
+                      << r.chunk_rows << ", " << r.epochs << " epochs";
+  } else if (r.rows != chunk_rows_total_ || r.chunk_rows != chunk_rows_ ||
+             r.epochs != chunk_epochs_) {
+    return InvalidArgument("data request for " + std::to_string(r.rows) +
+                           " rows, chunks of " + std::to_string(r.chunk_rows) +
+                           ", " + std::to_string(r.epochs) +
                            " epochs does not match the run's " +
                            std::to_string(chunk_rows_total_) +
                            " rows, chunks of " + std::to_string(chunk_rows_) +
                            ", " + std::to_string(chunk_epochs_) + " epochs");
   }
-  TETHER_ASSIGN_OR_RETURN(auto next, chunks_->Next(rank));
+  TETHER_ASSIGN_OR_RETURN(auto next, chunks_->Next(rank, r.clock, r.batch));
   DataAnswer answer;
   answer.chunk = next;
   answer.finished = !answer.chunk && chunks_->Done();
   return answer;
+}
+
+std::string Coordinator::SaveDataProgress(int64_t clock) const {
+  MutexLock lock(&mu_);
+  DataProgress progress;
+  if (chunks_) progress.chunks = chunks_->Save(clock);
+  progress.shares = shares_.plans();
+  progress.leftovers = shares_.leftovers();
+  return DataProgressToJson(progress);
+}
+
+Status Coordinator::RestoreDataProgress(const std::string& json) {
+  TETHER_ASSIGN_OR_RETURN(DataProgress progress, DataProgressFromJson(json));
+  MutexLock lock(&mu_);
+  if (progress.chunks) {
+    TETHER_ASSIGN_OR_RETURN(
+        auto pool, ChunkPool::Resume(RankCapacity(settings_), *progress.chunks,
+                                     settings_.seed));
+    chunks_ = std::move(pool);
+    chunk_rows_total_ = progress.chunks->rows;
+    chunk_rows_ = progress.chunks->chunk_rows;
+    chunk_epochs_ = progress.chunks->epochs;
+  }
+  std::sort(progress.leftovers.begin(), progress.leftovers.end(),
+            [](const auto& a, const auto& b) { return a.epoch < b.epoch; });
+  shares_.Restore(std::move(progress.shares), std::move(progress.leftovers));
+  return Status::Ok();
 }
 
 void Coordinator::ReleaseChunk(int rank) {
@@ -277,6 +438,9 @@ void Coordinator::ReleaseChunk(int rank) {
 
 void Coordinator::AddDataStats(ShardStats& stats) const {
   MutexLock lock(&mu_);
+  for (size_t r = 0; r < left_.size() && r < stats.workers.size(); ++r) {
+    stats.workers[r].left = left_[r];
+  }
   if (!chunks_) return;
   for (const ChunkPool::EpochCount& e : chunks_->Counts()) {
     stats.data_epochs.push_back(
@@ -369,7 +533,22 @@ void Coordinator::ShardResumed(int shard_id, int64_t round,
 
 void Coordinator::ResumedLocked() {
   resume_.active = false;
-  if (resume_.hooks.resumed) resume_.hooks.resumed(resume_.round);
+  // The workers are out there, training: each is welcomed back as it
+  // reconnects, as to a restarted shard.
+  if (resume_.taken_back) started_ = true;
+  // A run resumed on fewer workers: the ranks beyond --workers hand the
+  // rest of their fixed shares to the others.
+  if (!resume_.taken_back) {
+    if (int handed = shares_.HandOff(settings_.num_workers, resume_.round);
+        handed > 0) {
+      TETHER_LOG(kInfo) << handed << " share(s) of ranks beyond --workers "
+                        << settings_.num_workers
+                        << " go to the others, from where the round has them";
+    }
+  }
+  if (resume_.hooks.resumed) {
+    resume_.hooks.resumed(resume_.round, resume_.taken_back);
+  }
   ReleaseLocked();
 }
 
@@ -388,7 +567,7 @@ void Coordinator::ResumeFailedLocked(const Status& why) {
 void Coordinator::ReleaseLocked() {
   if (!MapComplete() || resume_.active) return;
   // The first start needs every worker; later joiners (restarts) go at once.
-  bool workers_may_start = started_ || JoinedWorkers() == settings_.num_workers;
+  bool workers_may_start = started_ || QuorumJoined();
   if (workers_may_start && !started_ && settings_.num_workers > 0) {
     started_ = true;
     TETHER_LOG(kInfo) << "all " << settings_.num_workers

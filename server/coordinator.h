@@ -23,6 +23,7 @@
 #include "schema/stats.h"
 #include "server/chunk_pool.h"
 #include "server/run_settings.h"
+#include "server/share_plan.h"
 
 namespace tether {
 
@@ -46,14 +47,23 @@ class Coordinator {
 
   // A shard's Hello. Answers Welcome (with the run settings) or an Error,
   // e.g. for an id out of range or one already held by a live shard.
+  // `serving_run_id` (non-empty) says the shard has been serving that run
+  // all along and lost its coordinator: when it is this run's, the shard
+  // keeps its state (no round to load) -- a restarted shard 0 resuming
+  // this run takes it back (see StartResume) -- otherwise it is refused.
   void RegisterShard(int shard_id, const std::string& address,
-                     const std::shared_ptr<Connection>& conn)
+                     const std::shared_ptr<Connection>& conn,
+                     const std::string& serving_run_id = "")
       TETHER_EXCLUDES(mu_);
   void ShardLeft(int shard_id, const Connection* conn) TETHER_EXCLUDES(mu_);
 
-  // A worker's Hello asking for `requested_rank` (-1: any). Returns the
-  // rank it now holds, or the error to send (rank taken or out of range,
-  // cluster full). The Welcome follows when the run can start.
+  // A worker's Hello asking for `requested_rank` (-1: the lowest free
+  // one). Returns the rank it now holds, or the error to send (rank taken
+  // or out of range, cluster full). Ranks 0..--workers-1 must all have
+  // joined before training starts; more may join at any time, up to
+  // RankCapacity (--max-workers). The Welcome follows when the run can
+  // start (at once, once it has: a late joiner takes the slowest live
+  // worker's clock).
   // A worker that says it is `reconnecting` (its Hello carries its clock)
   // takes its rank over from a connection that went silent: that one is
   // closed.
@@ -62,6 +72,26 @@ class Coordinator {
                          bool reconnecting = false) TETHER_EXCLUDES(mu_);
   // Frees `rank` when its connection ends.
   void WorkerLeft(int rank, const Connection* conn) TETHER_EXCLUDES(mu_);
+  // Worker `rank` (on `conn`) leaves the run for good, saying `reason`: it
+  // is no longer a member (no share of later epochs), the chunk it holds is
+  // done (`finished`) or goes back to the pool, and the dashboard shows it
+  // as left. Its connection closes next, which frees the rank.
+  // `unfinished`: the rest of its fixed share it did not train, for the
+  // next member that asks (TakeLeftover).
+  void WorkerLeaving(int rank, const Connection* conn,
+                     const std::string& reason, bool finished,
+                     const std::optional<SharePlans::Leftover>& unfinished =
+                         std::nullopt) TETHER_EXCLUDES(mu_);
+
+  // Fixed data shares: worker `rank` at `clock` asks for its share of
+  // `epoch` (SharePlans::Ask, with the workers in the run now).
+  // kInvalidArgument for a negative epoch.
+  Result<SharePlans::Answer> Share(int rank, int epoch, int64_t clock,
+                                   uint32_t batch = 0) TETHER_EXCLUDES(mu_);
+  // Worker `rank`, done with its own share, asks for a share part a
+  // departed member left, of `epoch` or earlier (SharePlans::TakeLeftover).
+  std::optional<SharePlans::Leftover> TakeLeftover(int rank, int epoch)
+      TETHER_EXCLUDES(mu_);
 
   // An observer's Hello; Welcome follows once the shard map is complete.
   void JoinObserver(const std::shared_ptr<Connection>& conn)
@@ -85,12 +115,29 @@ class Coordinator {
     std::optional<ChunkPool::Chunk> chunk;
     bool finished = false;
   };
-  Result<DataAnswer> NextChunk(int rank, uint64_t rows, uint32_t chunk_rows,
-                               int epochs) TETHER_EXCLUDES(mu_);
+  // What a worker's DataRequest says: the data's shape (every worker of
+  // a run must send the same), and its clock and batch (ChunkPool::Next).
+  struct ChunkRequest {
+    uint64_t rows = 0;
+    uint32_t chunk_rows = 0;
+    int epochs = 0;
+    int64_t clock = -1;
+    uint32_t batch = 0;
+  };
+  Result<DataAnswer> NextChunk(int rank, const ChunkRequest& request)
+      TETHER_EXCLUDES(mu_);
   // `rank` died or was evicted: the chunk it holds goes back to the pool.
   void ReleaseChunk(int rank) TETHER_EXCLUDES(mu_);
   // Adds the chunk accounting to shard 0's figures.
   void AddDataStats(ShardStats& stats) const TETHER_EXCLUDES(mu_);
+
+  // The data assignment as the round at `clock` keeps it (DataProgress as
+  // JSON: the rows trained before that clock, ChunkPool::Save, and the
+  // epochs' share plans), and taking it back when a run resumes (before
+  // any worker joins). kCorruption or kInvalidArgument when `json` does
+  // not describe a valid assignment.
+  std::string SaveDataProgress(int64_t clock) const TETHER_EXCLUDES(mu_);
+  Status RestoreDataProgress(const std::string& json) TETHER_EXCLUDES(mu_);
 
   // A checkpoint round now: `take_local` writes shard 0's slice and names
   // the round, then every other shard is told to write the same round.
@@ -107,10 +154,15 @@ class Coordinator {
   // shard 0, LoadRound tells the others), saying so; otherwise, or when no
   // such round is left, every shard and waiting peer gets an Error and
   // `failed(why)` runs: the run does not start. Call before serving.
+  //
+  // A shard that re-registers serving this run (RegisterShard) counts as
+  // loaded with its own, newer state: shard 0 was restarted in a running
+  // run and takes it back. Then `resumed(round, true)`: the workers are
+  // welcomed back at once, as they reconnect, with no --workers quorum.
   struct ResumeHooks {
     std::function<Status(int64_t round)> load_local;
     std::function<void(const Status& why)> failed;
-    std::function<void(int64_t round)> resumed;
+    std::function<void(int64_t round, bool taken_back)> resumed;
   };
   void StartResume(int64_t round, std::vector<int64_t> complete, bool fallback,
                    ResumeHooks hooks) TETHER_EXCLUDES(mu_);
@@ -139,6 +191,10 @@ class Coordinator {
   };
   bool MapComplete() const TETHER_REQUIRES(mu_);
   int JoinedWorkers() const TETHER_REQUIRES(mu_);
+  // Ranks 0..--workers-1 have all joined: training may start.
+  bool QuorumJoined() const TETHER_REQUIRES(mu_);
+  // The ranks in the run now: connected and not leaving, ascending.
+  std::vector<int> InRunLocked() const TETHER_REQUIRES(mu_);
   // Welcomes whoever may start now.
   void ReleaseLocked() TETHER_REQUIRES(mu_);
   OutFrame MakeWelcome(int rank, int staleness) const TETHER_REQUIRES(mu_);
@@ -173,6 +229,10 @@ class Coordinator {
   std::vector<const Connection*> worker_conns_ TETHER_GUARDED_BY(mu_);
   // The same, owned.
   std::vector<std::weak_ptr<Connection>> worker_links_ TETHER_GUARDED_BY(mu_);
+  // By rank: its worker said it leaves for good (cleared when the rank is
+  // taken again).
+  std::vector<bool> left_ TETHER_GUARDED_BY(mu_);
+  SharePlans shares_ TETHER_GUARDED_BY(mu_);
   // Hello'd peers not yet welcomed.
   std::vector<Waiting> waiting_ TETHER_GUARDED_BY(mu_);
   // Every worker has been welcomed once.
@@ -185,6 +245,7 @@ class Coordinator {
     std::set<int64_t> left;    // rounds the run may still fall back to
     std::vector<bool> loaded;  // by shard
     bool fallback = false;     // --resume latest
+    bool taken_back = false;   // a shard kept serving the run meanwhile
     ResumeHooks hooks;
   };
   Resume resume_ TETHER_GUARDED_BY(mu_);

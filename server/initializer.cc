@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "schema/shuffle.h"
+
 namespace tether {
 namespace {
 
@@ -14,24 +16,14 @@ constexpr uint64_t kAngleStream = 2;
 
 constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
 
-// The splitmix64 finalizer: a bijection on u64 with full avalanche.
-inline uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
 // Absorbs one word per round, mixing fully in between, so every input bit
 // reaches every output bit and (seed, id, stream, index) tuples that differ
 // anywhere give unrelated outputs.
 inline uint64_t Hash(uint64_t seed, uint32_t id, uint64_t stream,
                      uint64_t index) {
-  uint64_t h = Mix(seed + kGolden);
-  h = Mix(h ^ ((uint64_t{id} << 32 | stream) + kGolden));
-  return Mix(h ^ (index + kGolden));
+  uint64_t h = MixBits(seed + kGolden);
+  h = MixBits(h ^ ((uint64_t{id} << 32 | stream) + kGolden));
+  return MixBits(h ^ (index + kGolden));
 }
 
 // The top 24 bits as a float in [-1, 1): exact, since floats carry 24.

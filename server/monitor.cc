@@ -56,6 +56,8 @@ const char* WorkerStateName(WorkerState state) {
       return "finished";
     case WorkerState::kDead:
       return "dead";
+    case WorkerState::kLeft:
+      return "left";
   }
   return "unknown";
 }
@@ -67,7 +69,9 @@ std::vector<WorkerState> ClassifyWorkers(
   for (size_t i = 0; i < workers.size(); ++i) {
     const ShardStats::Worker& w = workers[i];
     const bool was = i < ever_connected.size() && ever_connected[i];
-    if (w.done) {
+    if (w.left) {  // for good; done or not
+      states[i] = WorkerState::kLeft;
+    } else if (w.done) {
       states[i] = WorkerState::kFinished;
     } else if (!w.connected || !w.live) {  // gone, or evicted for silence
       states[i] = was ? WorkerState::kDead : WorkerState::kJoining;
@@ -101,6 +105,21 @@ double MonitorState::Seconds(TimePoint now) const {
 bool MonitorState::Reporting(const Shard& shard, TimePoint now) const {
   return shard.seen && std::chrono::duration<double>(now - shard.at).count() <
                            options.shard_silent_s;
+}
+
+void MonitorState::GrowRanks(size_t n) {
+  n = std::min(n, MaxRanks(settings));
+  if (n <= states.size()) return;
+  ever_connected.resize(n, false);
+  states.resize(n, WorkerState::kJoining);
+  straggled_at.resize(n, -1e9);
+  lags.resize(n, 0);
+  nonfinite.resize(n, 0);
+  nonfinite_evented.resize(n, 0);
+  // The config's "commands" lists the new ranks: the next update carries
+  // it. Commands themselves grow when a worker says its command
+  // (OnWorkerCommand); the StragglerWatch grows with its samples.
+  config_changed = true;
 }
 
 Monitor::Monitor(RunSettings settings, MonitorOptions options)
@@ -242,15 +261,60 @@ void Monitor::AddEventLocked(double t, std::string level, std::string text,
 void Monitor::UpdateWorkersLocked(double t) {
   const MonitorState::Shard& shard0 = state_.shards[0];
   if (!shard0.seen) return;
-  const auto& workers = shard0.stats.workers;
-  for (const auto& w : workers) {
-    if (w.connected && w.rank >= 0 &&
-        w.rank < static_cast<int>(state_.ever_connected.size())) {
-      state_.ever_connected[w.rank] = true;
+  const auto& workers = shard0.stats.workers;  // by rank
+  // Ranks beyond --workers appear as later workers join.
+  state_.GrowRanks(workers.size());
+  const size_t n = std::min(workers.size(), state_.states.size());
+  for (size_t i = 0; i < n; ++i) {
+    // A worker that left was there first, though maybe between samples.
+    if (workers[i].connected || workers[i].left) {
+      state_.ever_connected[i] = true;
     }
+    state_.any_finished |= workers[i].done;
   }
   std::vector<WorkerState> states =
       ClassifyWorkers(workers, state_.ever_connected);
+  UpdateNonFiniteLocked(t);
+  // Straggling waits for every current member to have joined once: the
+  // ranks of --workers and any later rank that connected, less those left.
+  bool all_joined = n >= static_cast<size_t>(state_.settings.num_workers);
+  for (size_t i = 0; i < n && all_joined; ++i) {
+    all_joined = workers[i].left || state_.ever_connected[i] ||
+                 i >= static_cast<size_t>(state_.settings.num_workers);
+  }
+  std::vector<StragglerWatch::Worker> sample(n);
+  int64_t fastest = 0;  // of the running workers
+  for (size_t i = 0; i < n; ++i) {
+    const bool running = states[i] == WorkerState::kRunning;
+    sample[i] = {workers[i].clock, workers[i].staleness, running};
+    if (running) fastest = std::max(fastest, workers[i].clock);
+  }
+  const std::vector<StragglerWatch::Verdict> verdicts =
+      state_.stragglers.Sample(t, sample, all_joined);
+  for (size_t i = 0; i < n; ++i) {
+    const ShardStats::Worker& w = workers[i];
+    state_.lags[i] =
+        w.connected && !w.left ? std::max<int64_t>(0, fastest - w.clock) : 0;
+    const WorkerState was = state_.states[i];
+    WorkerState now = states[i];
+    // Under BSP a straggler is level with the others for a moment every
+    // clock, and running then; one warning per spell, not per return.
+    bool new_spell = false;
+    if (now == WorkerState::kRunning && verdicts[i].straggling) {
+      now = WorkerState::kStraggling;
+      new_spell =
+          t - state_.straggled_at[i] > state_.options.stragglers.window_s;
+      state_.straggled_at[i] = t;
+    }
+    state_.states[i] = now;
+    if (was != now) {
+      AddTransitionEventsLocked(t, w, was, now, new_spell, verdicts[i]);
+    }
+  }
+}
+
+void Monitor::UpdateNonFiniteLocked(double t) {
+  const auto& workers = state_.shards[0].stats.workers;
   std::vector<uint64_t> nonfinite(state_.nonfinite.size(), 0);
   for (const MonitorState::Shard& shard : state_.shards) {
     for (const auto& w : shard.stats.workers) {
@@ -275,78 +339,58 @@ void Monitor::UpdateWorkersLocked(double t) {
     }
   }
   state_.nonfinite = std::move(nonfinite);
-  const bool all_joined =
-      std::all_of(state_.ever_connected.begin(), state_.ever_connected.end(),
-                  [](bool joined) { return joined; });
-  std::vector<StragglerWatch::Worker> sample(workers.size());
-  int64_t fastest = 0;  // of the running workers
-  for (size_t i = 0; i < workers.size(); ++i) {
-    const bool running = states[i] == WorkerState::kRunning;
-    sample[i] = {workers[i].clock, workers[i].staleness, running};
-    if (running) fastest = std::max(fastest, workers[i].clock);
+}
+
+void Monitor::AddTransitionEventsLocked(double t, const ShardStats::Worker& w,
+                                        WorkerState was, WorkerState now,
+                                        bool new_spell,
+                                        const StragglerWatch::Verdict& why) {
+  const std::string name = WorkerName(w);
+  // First seen (or seen again) already straggling, finished, gone or left
+  // between two samples: it still joined (rejoined) first. A worker on a
+  // rank another one left joined afresh. The coordinator logs every join
+  // as it happens.
+  if (now != WorkerState::kJoining) {
+    if (was == WorkerState::kJoining ||
+        (was == WorkerState::kLeft && now != WorkerState::kLeft)) {
+      AddEventLocked(t, "info", name + " joined", Log::kLoggedElsewhere);
+    } else if (was == WorkerState::kDead && now != WorkerState::kDead &&
+               now != WorkerState::kLeft) {
+      AddEventLocked(t, "info", name + " rejoined", Log::kLoggedElsewhere);
+    }
   }
-  const std::vector<StragglerWatch::Verdict> verdicts =
-      state_.stragglers.Sample(t, sample, all_joined);
-  for (size_t i = 0; i < workers.size() && i < state_.states.size(); ++i) {
-    const ShardStats::Worker& w = workers[i];
-    state_.lags[i] = w.connected ? std::max<int64_t>(0, fastest - w.clock) : 0;
-    const WorkerState was = state_.states[i];
-    WorkerState now = states[i];
-    // Under BSP a straggler is level with the others for a moment every
-    // clock, and running then; one warning per spell, not per return.
-    bool new_spell = false;
-    if (now == WorkerState::kRunning && verdicts[i].straggling) {
-      now = WorkerState::kStraggling;
-      new_spell =
-          t - state_.straggled_at[i] > state_.options.stragglers.window_s;
-      state_.straggled_at[i] = t;
-    }
-    state_.states[i] = now;
-    if (was == now) continue;
-    const std::string name = WorkerName(w);
-    // First seen (or seen again) already straggling, finished or gone
-    // between two samples: it still joined (rejoined) first. The
-    // coordinator logs every join as it happens.
-    if (now != WorkerState::kRunning && now != WorkerState::kJoining) {
-      if (was == WorkerState::kJoining) {
-        AddEventLocked(t, "info", name + " joined", Log::kLoggedElsewhere);
-      } else if (was == WorkerState::kDead && now != WorkerState::kDead) {
-        AddEventLocked(t, "info", name + " rejoined", Log::kLoggedElsewhere);
+  switch (now) {
+    case WorkerState::kDead:
+      ++state_.evictions;
+      AddEventLocked(t, "error",
+                     name + " is dead: " +
+                         (w.connected ? "evicted, silent for longer than "
+                                        "--worker-timeout-ms"
+                                      : "its connection closed before it "
+                                        "reported finishing") +
+                         " (clock " + std::to_string(w.clock) + ")");
+      break;
+    case WorkerState::kStraggling:
+      if (new_spell) {
+        AddEventLocked(
+            t, "warning",
+            name + " is straggling: " +
+                StragglingText(why, state_.options.stragglers.window_s));
       }
-    }
-    switch (now) {
-      case WorkerState::kDead:
-        ++state_.evictions;
-        AddEventLocked(t, "error",
-                       name + " is dead: " +
-                           (w.connected ? "evicted, silent for longer than "
-                                          "--worker-timeout-ms"
-                                        : "its connection closed before it "
-                                          "reported finishing") +
-                           " (clock " + std::to_string(w.clock) + ")");
-        break;
-      case WorkerState::kStraggling:
-        if (new_spell) {
-          AddEventLocked(
-              t, "warning",
-              name + " is straggling: " +
-                  StragglingText(verdicts[i],
-                                 state_.options.stragglers.window_s));
-        }
-        break;
-      case WorkerState::kFinished:
+      break;
+    case WorkerState::kFinished:
+      AddEventLocked(t, "info", name + " finished");
+      break;
+    case WorkerState::kLeft:
+      // Done and gone between two samples: it finished first.
+      if (w.done && was != WorkerState::kFinished) {
         AddEventLocked(t, "info", name + " finished");
-        break;
-      case WorkerState::kRunning:
-        if (was == WorkerState::kDead) {
-          AddEventLocked(t, "info", name + " rejoined", Log::kLoggedElsewhere);
-        } else if (was == WorkerState::kJoining) {
-          AddEventLocked(t, "info", name + " joined", Log::kLoggedElsewhere);
-        }
-        break;
-      case WorkerState::kJoining:
-        break;
-    }
+      }
+      AddEventLocked(t, "info", name + " left the run");
+      break;
+    case WorkerState::kRunning:
+    case WorkerState::kJoining:
+      break;
   }
 }
 
@@ -442,12 +486,17 @@ void Monitor::OnShardCommand(int shard_id, std::string command) {
 
 void Monitor::OnWorkerCommand(int rank, std::string command) {
   MutexLock lock(&mu_);
-  if (rank < 0 || rank >= state_.settings.num_workers) return;
+  if (rank < 0 || static_cast<size_t>(rank) >= MaxRanks(state_.settings)) {
+    return;
+  }
   if (command.size() > kMaxCommandBytes) {
     command = "# a command line of " + std::to_string(command.size()) +
               " bytes, longer than the dashboard keeps";
   }
-  state_.worker_commands.resize(state_.settings.num_workers);
+  // A worker beyond --workers may say its command before shard 0 lists it.
+  if (state_.worker_commands.size() <= static_cast<size_t>(rank)) {
+    state_.worker_commands.resize(rank + 1);
+  }
   state_.config_changed |= state_.worker_commands[rank] != command;
   state_.worker_commands[rank] = std::move(command);
 }

@@ -26,11 +26,12 @@
 
 namespace tether {
 
-// Each worker's state from its latest figures alone: finished when its
-// last report said so, dead when it was connected once
-// (`ever_connected[rank]`) and is not now or was evicted, joining when it
-// never was, running otherwise. Never straggling: that takes a window of
-// samples (StragglerWatch), which the Monitor keeps.
+// Each worker's state from its latest figures alone: left when it left the
+// run for good (its rank is free), finished when its last report said so,
+// dead when it was connected once (`ever_connected[rank]`) and is not now
+// or was evicted, joining when it never was, running otherwise. Never
+// straggling: that takes a window of samples (StragglerWatch), which the
+// Monitor keeps.
 std::vector<WorkerState> ClassifyWorkers(
     const std::vector<ShardStats::Worker>& workers,
     const std::vector<bool>& ever_connected);
@@ -64,7 +65,8 @@ class Monitor {
   // How shard `shard_id` (shard 0: ShardCommand with the run settings) or
   // worker `rank` was started, as its Hello said: the config's "commands"
   // (web/API.md). The latest one per process is kept, the next update
-  // carries the config, and an id out of range is ignored. A command over
+  // carries the config, and an id out of range is ignored (a rank may be
+  // any below MaxRanks, beyond --workers too). A command over
   // kMaxCommandBytes is kept as a note saying so.
   static constexpr size_t kMaxCommandBytes = 64 * 1024;
   void OnShardCommand(int shard_id, std::string command) TETHER_EXCLUDES(mu_);
@@ -97,6 +99,15 @@ class Monitor {
   void AddEventLocked(double t, std::string level, std::string text,
                       Log log = Log::kAlso) TETHER_REQUIRES(mu_);
   void UpdateWorkersLocked(double t) TETHER_REQUIRES(mu_);
+  // The warnings for pushes refused as non-finite, summed over shards.
+  void UpdateNonFiniteLocked(double t) TETHER_REQUIRES(mu_);
+  // The events of worker `w` going from state `was` to `now` (they
+  // differ); `new_spell`: it began straggling, for the reason `why`.
+  void AddTransitionEventsLocked(double t, const ShardStats::Worker& w,
+                                 WorkerState was, WorkerState now,
+                                 bool new_spell,
+                                 const StragglerWatch::Verdict& why)
+      TETHER_REQUIRES(mu_);
   void MaybeAddPointLocked(double t) TETHER_REQUIRES(mu_);
 
   Mutex mu_;

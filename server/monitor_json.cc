@@ -32,7 +32,8 @@ json::value Optional(const std::optional<double>& value) {
   return *value;
 }
 
-// Every process and its command: shards by id, then workers by rank.
+// Every process and its command: shards by id, then workers by rank, every
+// rank seen (--workers, shard 0's list, a command said) included.
 std::vector<ProcessCommand> Commands(const MonitorState& state) {
   std::vector<ProcessCommand> out;
   auto known = [](const std::vector<std::string>& v, int i) {
@@ -44,7 +45,10 @@ std::vector<ProcessCommand> Commands(const MonitorState& state) {
     if (i == 0 && command.empty()) command = ReproduceCommand(s);
     out.push_back({"shard " + std::to_string(i), std::move(command)});
   }
-  for (int r = 0; r < s.num_workers; ++r) {
+  const size_t ranks =
+      std::max({static_cast<size_t>(std::max(0, s.num_workers)),
+                state.states.size(), state.worker_commands.size()});
+  for (int r = 0; r < static_cast<int>(ranks); ++r) {
     out.push_back(
         {"worker " + std::to_string(r), known(state.worker_commands, r)});
   }
@@ -111,7 +115,10 @@ json::object StatusJson(const MonitorState& state,
                         MonitorState::TimePoint now) {
   const MonitorState::Shard& shard0 = state.shards[0];
   const RunSettings& settings = state.settings;
-  int live = 0, joined = 0, finished = 0;
+  int live = 0, joined_now = 0;
+  // Some worker that joined is neither finished nor gone for good.
+  bool training = false;
+  bool any_finished = state.any_finished;
   int64_t max_clock = 0;
   uint64_t samples = 0;
   double rate = 0, loss_sum = 0;
@@ -120,27 +127,29 @@ json::object StatusJson(const MonitorState& state,
   for (const auto& w : shard0.stats.workers) {
     samples += w.samples;
     if (w.test_accuracy >= 0) accuracy = Known(w.test_accuracy);
-    if (w.done) ++finished;
-    if (w.rank < static_cast<int>(state.ever_connected.size()) &&
-        state.ever_connected[w.rank]) {
-      ++joined;
-    }
+    any_finished |= w.done;
+    const bool was = w.rank >= 0 &&
+                     w.rank < static_cast<int>(state.ever_connected.size()) &&
+                     state.ever_connected[w.rank];
+    training |= (was || w.connected) && !w.done && !w.left;
     // The furthest any worker got (one that finished or left counts), so
     // the header never shows a maximum below the minimum.
     max_clock = std::max(max_clock, w.clock);
-    if (!w.connected) continue;
-    ++live;
+    if (!w.connected || w.left) continue;
+    ++joined_now;
+    live += w.live;
     rate += w.samples_per_s;
     if (w.loss >= 0 && std::isfinite(w.loss)) {
       loss_sum += w.loss;
       ++losses;
     }
   }
+  // Ranks that were ever held: --workers of them start the run.
+  const auto joined_once = std::count(state.ever_connected.begin(),
+                                      state.ever_connected.end(), true);
   const char* run_state = "running";
-  if (joined < settings.num_workers) run_state = "waiting";
-  if (settings.num_workers > 0 && finished == settings.num_workers) {
-    run_state = "finished";
-  }
+  if (joined_once < settings.num_workers) run_state = "waiting";
+  if (any_finished && !training) run_state = "finished";
   if (state.stopped) run_state = "stopped";
   int reporting = 0;
   uint64_t pushes = 0, pulls = 0, rejected = 0;
@@ -163,6 +172,8 @@ json::object StatusJson(const MonitorState& state,
   o["shards"] = settings.num_shards;
   o["shards_reporting"] = reporting;
   o["workers"] = settings.num_workers;
+  o["workers_max"] = settings.max_workers;
+  o["workers_joined"] = joined_now;
   o["workers_live"] = live;
   o["staleness"] = settings.max_staleness;
   o["min_clock"] = shard0.stats.min_clock;

@@ -81,14 +81,28 @@ void MinClock(const MonitorState& state, TimePoint, Exposition& m) {
 }
 
 void WorkersByState(const MonitorState& state, TimePoint, Exposition& m) {
-  m.Family("tether_workers", "gauge", "Workers in each state.");
+  m.Family("tether_workers", "gauge",
+           "Worker ranks in each state (left: the rank is free).");
   for (WorkerState st :
        {WorkerState::kJoining, WorkerState::kRunning, WorkerState::kStraggling,
-        WorkerState::kFinished, WorkerState::kDead}) {
+        WorkerState::kFinished, WorkerState::kDead, WorkerState::kLeft}) {
     m.Sample("tether_workers", Exposition::Label("state", WorkerStateName(st)),
              static_cast<double>(
                  std::count(state.states.begin(), state.states.end(), st)));
   }
+}
+
+// Ranks held now: /api/status's workers_joined.
+void WorkersJoined(const MonitorState& state, TimePoint, Exposition& m) {
+  const auto& workers = state.shards[0].stats.workers;
+  m.Family("tether_workers_joined", "gauge",
+           "Workers connected now and not left; more than --workers may "
+           "join after the start.");
+  m.Sample("tether_workers_joined", "",
+           static_cast<double>(std::count_if(workers.begin(), workers.end(),
+                                             [](const ShardStats::Worker& w) {
+                                               return w.connected && !w.left;
+                                             })));
 }
 
 // A family with a sample per worker on shard 0 (by position `i` in its
@@ -311,6 +325,7 @@ constexpr FamilyWriter kFamilies[] = {
     Uptime,
     MinClock,
     WorkersByState,
+    WorkersJoined,
     PerWorkerFamilies,
     WorkerEvictions,
     PushStaleness,

@@ -8,6 +8,7 @@
 // called with that mutex held.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -23,7 +24,16 @@
 
 namespace tether {
 
-enum class WorkerState { kJoining, kRunning, kStraggling, kFinished, kDead };
+// web/API.md ("worker") defines each; kLeft: it left the run for good and
+// its rank is free.
+enum class WorkerState {
+  kJoining,
+  kRunning,
+  kStraggling,
+  kFinished,
+  kDead,
+  kLeft
+};
 const char* WorkerStateName(WorkerState state);
 
 struct MonitorOptions {
@@ -36,6 +46,12 @@ struct MonitorOptions {
 // `value`, or 0 when it is NaN or infinite (a rate, a fraction).
 inline double FiniteOrZero(double value) {
   return std::isfinite(value) ? value : 0;
+}
+
+// The most ranks the Monitor keeps: kMaxRanks (run_settings.h), or
+// --workers when that is more. Ranks beyond it are ignored.
+inline size_t MaxRanks(const RunSettings& settings) {
+  return static_cast<size_t>(std::max(kMaxRanks, settings.num_workers));
 }
 
 struct MonitorState {
@@ -83,16 +99,22 @@ struct MonitorState {
   double Seconds(TimePoint now) const;
   // Whether `shard`'s latest figures are younger than shard_silent_s.
   bool Reporting(const Shard& shard, TimePoint now) const;
+  // Makes every per-rank vector below hold ranks 0..n-1 at least, new
+  // ranks joining, with nothing known; never shrinks. n is capped at
+  // MaxRanks(settings).
+  void GrowRanks(size_t n);
 
   // Constant after construction.
   const MonitorOptions options;
   const TimePoint start;
   const int64_t start_unix_ms;
 
-  // Changed by the Monitor, under its mutex.
+  // Changed by the Monitor, under its mutex. The per-rank vectors start
+  // with --workers ranks and grow as shard 0 lists more (GrowRanks): ranks
+  // may go beyond --workers when workers join later.
   RunSettings settings;              // resume_round changes (OnResumed)
   std::vector<Shard> shards;         // by shard id
-  std::vector<bool> ever_connected;  // by rank
+  std::vector<bool> ever_connected;  // by rank: connected (or left) once
   std::vector<WorkerState> states;   // by rank
   StragglerWatch stragglers;
   std::vector<double> straggled_at;         // when each last was straggling
@@ -106,6 +128,7 @@ struct MonitorState {
   uint64_t reports_at_last_point = 0;
   float last_test_accuracy = -1, last_test_loss = -1;
   bool stopped = false;
+  bool any_finished = false;        // some worker reported done, ever
   std::map<int64_t, Round> rounds;  // by round number
   bool checkpoints_enabled;
   uint64_t rounds_complete = 0, rounds_failed = 0;

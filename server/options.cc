@@ -1,5 +1,6 @@
 #include "server/options.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 
@@ -14,6 +15,23 @@ constexpr const char* kSummary =
     "other shards and workers register with it, and it owns the run-wide\n"
     "settings (--workers, --max-staleness, --reject-staleness, --block-size,\n"
     "--seed and the optimizer flags), which other shards take from it.";
+
+// A comma-separated list of directories into *dirs; kInvalidArgument
+// naming `flag` for an empty one.
+Status SplitDirs(const std::string& text, const std::string& flag,
+                 std::vector<std::string>* dirs) {
+  dirs->clear();
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    if (end == begin) {
+      return InvalidArgument(flag + ": empty directory in '" + text + "'");
+    }
+    dirs->push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return Status::Ok();
+}
 
 // Binds every flag to its field; shared by parsing and usage.
 void Bind(FlagParser& p, ServerOptions& o) {
@@ -30,6 +48,14 @@ void Bind(FlagParser& p, ServerOptions& o) {
   p.AddString("resume", &o.resume,
               "resume every shard from a complete round: latest or a round "
               "number (shard 0; other shards follow it)");
+  p.AddCustom("reshard-from",
+              "DIR[,DIR...]: the data dirs of every shard that wrote the "
+              "round to resume, readable from this host (read-only); needed "
+              "when it was written by another number of shards than "
+              "--shards: each shard loads its part of it (any shard)",
+              "", [&o](const std::string& text) {
+                return SplitDirs(text, "--reshard-from", &o.reshard_from);
+              });
   p.AddInt("threads", &o.threads, "I/O threads");
   p.AddString("ready-file", &o.ready_file,
               "once listening (and, on shard 0, serving the dashboard), "
@@ -142,6 +168,17 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
     }
   }
   if (o.run.num_workers < 0) return InvalidArgument("--workers: must be >= 0");
+  if (o.run.max_workers < 0 ||
+      (o.run.max_workers > 0 && o.run.max_workers < o.run.num_workers)) {
+    return InvalidArgument(
+        "--max-workers: " + std::to_string(o.run.max_workers) +
+        " must be 0 (no limit) or at least --workers (" +
+        std::to_string(o.run.num_workers) + ")");
+  }
+  if (o.run.max_workers > kMaxRanks) {
+    return InvalidArgument("--max-workers: at most " +
+                           std::to_string(kMaxRanks));
+  }
   if (o.run.max_staleness < -1) {
     return InvalidArgument("--max-staleness: must be >= -1");
   }
@@ -182,6 +219,15 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
           "got '" +
           o.resume + "'");
     }
+  }
+  if (o.shard_id == 0 && !o.reshard_from.empty() && o.resume.empty()) {
+    return InvalidArgument(
+        "--reshard-from: only with --resume (the round it reads is the one "
+        "resumed)");
+  }
+  if (!o.reshard_from.empty() && o.data_dir.empty()) {
+    return InvalidArgument(
+        "--data-dir: required with --reshard-from (the new rounds go there)");
   }
   if ((o.run.checkpoint_every > 0 || !o.resume.empty()) && o.data_dir.empty() &&
       o.shard_id == 0) {
@@ -310,6 +356,10 @@ std::string DescribeServerOptions(const ServerOptions& o) {
   if (o.health != "off") line += ", health " + o.health;
   if (!o.data_dir.empty()) line += ", checkpoints in " + o.data_dir;
   if (!o.resume.empty()) line += ", resuming " + o.resume;
+  if (!o.reshard_from.empty()) {
+    line += " (resharding from " + std::to_string(o.reshard_from.size()) +
+            " data dir(s) if need be)";
+  }
   line += o.tls.enabled() ? ", TLS" : ", plain TCP";
   if (!o.auth_key_file.empty()) line += ", key " + o.auth_key_file;
   return line;

@@ -27,7 +27,14 @@ struct ServerOptions {
   // but --shards from the coordinator.
   RunSettings run;
   std::string resume;  // --resume: latest or a round number
-  int threads = 2;     // --threads: I/O threads
+  // --reshard-from DIR[,DIR...]: the data dirs of every shard that wrote
+  // the round to resume, readable here (read-only). Needed when that round
+  // was written by another number of shards than --shards: each shard then
+  // loads its part of the merged round; so does a shard whose --data-dir
+  // holds no slice of it. Ignored (said in the log) when the counts agree
+  // and the shard holds its slice. Empty: none.
+  std::vector<std::string> reshard_from;
+  int threads = 2;  // --threads: I/O threads
   // --ready-file: once listening (and the dashboard serving), this JSON
   // file is written whole (README, "tether-server flags"); empty: none.
   std::string ready_file;

@@ -267,11 +267,18 @@ class ResumeMerge {
 
 }  // namespace
 
+bool ResumeMayChange(std::string_view flag) {
+  return flag == "shards" || flag == "workers";
+}
+
 std::string SettingsMismatch(const RunSettings& a, const RunSettings& b) {
   std::string out;
   ForEachSettingPair(
       a, b, [&out](const SettingField& field, const auto& x, const auto& y) {
         if (!out.empty() || !field.Has(kIdentity) || x == y) return;
+        // A slice must have been written by as many shards as it is served
+        // by (a resharded round is merged first), but any worker count fits.
+        if (field.flag == "workers") return;
         out = "--" + std::string(field.flag) + " " + Said(x) +
               " in the round, " + Said(y) + " now";
       });
@@ -289,14 +296,16 @@ Result<RunSettings> ResumedSettings(const RunSettings& round,
       flags, s,
       [&merge](const SettingField& field, const auto& now, auto& value) {
         if (field.flag.empty()) return;
-        merge(std::string(field.flag), field.Has(kIdentity), now, &value);
+        merge(std::string(field.flag),
+              field.Has(kIdentity) && !ResumeMayChange(field.flag), now,
+              &value);
       });
   if (!merge.error().empty()) return InvalidArgument(merge.error());
   if (s.backup_workers >= s.num_workers && s.num_workers > 0) {
     return InvalidArgument(
         "--backup-workers: " + std::to_string(s.backup_workers) +
-        " is not below the round's " + std::to_string(s.num_workers) +
-        " workers");
+        " is not below the resumed run's " + std::to_string(s.num_workers) +
+        " workers (--workers)");
   }
   return s;
 }

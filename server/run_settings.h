@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "schema/flags.h"
@@ -27,7 +28,10 @@ struct RunSettings {
   // run ids existed.
   std::string run_id;
   int num_shards = 1;
-  int num_workers = 1;
+  int num_workers = 1;  // must join before training starts
+  // Workers may join (and leave) at any time after the start, up to this
+  // many at once; 0: no limit beyond shard 0's --max-connections.
+  int max_workers = 0;
   uint64_t seed = 1;
   uint32_t block_size = 65536;
   OptimizerOptions optimizer;
@@ -45,11 +49,20 @@ struct RunSettings {
   bool shard_restart = false;
 };
 BOOST_DESCRIBE_STRUCT(RunSettings, (),
-                      (run_id, num_shards, num_workers, seed, block_size,
-                       optimizer, max_staleness, reject_staleness,
+                      (run_id, num_shards, num_workers, max_workers, seed,
+                       block_size, optimizer, max_staleness, reject_staleness,
                        checkpoint_every, keep_checkpoints, worker_timeout_ms,
                        heartbeat_ms, backup_workers, staleness_lr, resume_round,
                        shard_restart))
+
+// The most worker ranks a run can have, whatever --max-workers says.
+inline constexpr int kMaxRanks = 4096;
+// Ranks 0..RankCapacity()-1 may be held: --max-workers, or kMaxRanks when
+// it is 0 (then shard 0's --max-connections is the practical limit).
+inline int RankCapacity(const RunSettings& s) {
+  const int cap = s.max_workers > 0 ? s.max_workers : kMaxRanks;
+  return cap > s.num_workers ? cap : s.num_workers;
+}
 
 // A fresh run id: 128 random bits as 32 hex digits.
 std::string NewRunId();
@@ -74,17 +87,25 @@ OutFrame MakeWelcomeFrame(const RunSettings& settings, int shard_id, int rank,
                           const std::vector<std::string>& shard_addresses = {});
 
 // "" when `a` (a round's settings) fits a run started with `b`, else what
-// differs, e.g. "--shards 3 in the round, 2 now".
+// differs, e.g. "--shards 3 in the round, 2 now": the identity settings
+// but the worker count (how many must join before training starts).
 std::string SettingsMismatch(const RunSettings& a, const RunSettings& b);
+
+// Whether a resumed run may change the setting of tether-server flag `flag`
+// (without "--") although it is part of the run's identity: "shards" (each
+// shard then loads its part of the round from every old shard's data dir,
+// --reshard-from) and "workers" (how many must join before training
+// starts).
+bool ResumeMayChange(std::string_view flag);
 
 // The settings a resumed run goes on with: the round's (`round`, as its
 // record stored them), except for the run-wide flags named in `given`
 // (without "--"; their values are in `flags`). A given flag that is part of
-// the run's identity (--shards, --workers, --seed, --block-size,
-// --optimizer) and differs from the round is refused naming it, e.g.
-// "--optimizer adam in the round, sgd now"; any other given flag that
-// differs wins and is described in *overridden, e.g. "--lr 0.0005 now
-// (0.001 in the round)".
+// the run's identity (--seed, --block-size, --optimizer) and differs from
+// the round is refused naming it, e.g. "--optimizer adam in the round, sgd
+// now"; any other given flag that differs (--shards and --workers too:
+// ResumeMayChange) wins and is described in *overridden, e.g. "--lr 0.0005
+// now (0.001 in the round)".
 Result<RunSettings> ResumedSettings(const RunSettings& round,
                                     const RunSettings& flags,
                                     const std::set<std::string>& given,

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <future>
 #include <optional>
+#include <set>
 
 #include "schema/atomic_file.h"
 #include "schema/log.h"
@@ -17,6 +18,7 @@
 #include "schema/stream.h"
 #include "server/health.h"
 #include "server/reproduce.h"
+#include "server/round_merge.h"
 
 namespace tether {
 namespace {
@@ -115,9 +117,10 @@ Status Server::Start() {
     settings.run_id = NewRunId();
     std::optional<ShardSnapshot> resume_from;
     std::vector<int64_t> complete;
+    std::string data_progress;
     if (!options_.resume.empty()) {
-      TETHER_ASSIGN_OR_RETURN(auto picked,
-                              PickResumeRound(&settings, &complete));
+      TETHER_ASSIGN_OR_RETURN(
+          auto picked, PickResumeRound(&settings, &complete, &data_progress));
       resume_from = std::move(picked);
     }
     shard_ = std::make_unique<Shard>(0, settings, options_.max_frame_bytes);
@@ -137,12 +140,32 @@ Status Server::Start() {
                         << resume_from->min_clock << ") from "
                         << options_.data_dir
                         << "; waiting for every shard to load it";
+      // Where each epoch's data stood at the round: a chunked run hands
+      // out only the rows the round had not trained yet.
+      if (!data_progress.empty()) {
+        TETHER_RETURN_IF_ERROR(
+            coordinator_->RestoreDataProgress(data_progress)
+                .WithContext("--resume: round " +
+                             std::to_string(settings.resume_round) +
+                             " data progress"));
+      }
       Coordinator::ResumeHooks hooks;
       hooks.load_local = [this](int64_t round) { return LoadRound(round); };
       hooks.failed = [this](const Status& why) { Fail(why); };
-      hooks.resumed = [this](int64_t round) {
-        TETHER_LOG(kInfo) << "resumed from checkpoint round " << round
-                          << ": every shard loaded it";
+      hooks.resumed = [this](int64_t round, bool taken_back) {
+        if (taken_back) {
+          // Its own slice is the round's; the others kept theirs. Clocks
+          // and membership come back with the workers as they reconnect.
+          shard_->ForgetWorkers();
+          TETHER_LOG(kWarning)
+              << "took the running run back from checkpoint round " << round
+              << ": the other shards kept serving it; shard 0's slice is "
+                 "the round's, and workers are welcomed back as they "
+                 "reconnect";
+        } else {
+          TETHER_LOG(kInfo) << "resumed from checkpoint round " << round
+                            << ": every shard loaded it";
+        }
         if (dashboard_) dashboard_->monitor().OnResumed(round);
       };
       coordinator_->StartResume(settings.resume_round, std::move(complete),
@@ -150,8 +173,6 @@ Status Server::Start() {
                                 std::move(hooks));
     }
   } else {
-    coordinator_lost_timer_ =
-        std::make_unique<asio::steady_timer>(asio::make_strand(io_));
     TETHER_RETURN_IF_ERROR(RegisterWithCoordinator());
   }
   TETHER_RETURN_IF_ERROR(SetUpCheckpoints());
@@ -234,86 +255,23 @@ void Server::SendStats() {
 }
 
 Status Server::RegisterWithCoordinator() {
-  TETHER_ASSIGN_OR_RETURN(auto coordinator,
-                          ParseHostPort(options_.coordinator, "--coordinator"));
-  TETHER_ASSIGN_OR_RETURN(auto tls,
-                          MakeTlsContext(options_.tls, TlsRole::kClient));
-  auto stream = ConnectWithRetry(io_, coordinator, "the coordinator",
-                                 options_.connect_timeout_ms, std::move(tls));
-  if (!stream.ok()) return stream.status().WithContext("--coordinator");
-  coordinator_link_ =
-      std::make_shared<Connection>(std::move(*stream), connection_options_);
-  auto answer = std::make_shared<std::promise<Result<RunSettings>>>();
-  auto answered = std::make_shared<std::atomic<bool>>(false);
-  auto welcomed = std::make_shared<std::atomic<bool>>(false);
-  const std::string peer = "coordinator " + options_.coordinator;
-  auto auth = std::make_shared<PeerAuth>(auth_key_);
-  coordinator_link_->Start(
-      [answer, answered, welcomed, auth, peer, this](Frame frame) {
-        const wire::Message& m = *frame.message();
-        if (const auto* challenge = m.body_as_Challenge();
-            challenge != nullptr && !answered->load()) {
-          auto second = auth->Answer(*challenge, peer);
-          if (second.ok()) return coordinator_link_->Send(std::move(*second));
-          answered->store(true);
-          return answer->set_value(second.status());
-        }
-        if (answered->exchange(true)) {
-          if (const auto* load = m.body_as_LoadRound()) {
-            (void)LoadAndReport(load->round());
-          } else if (const auto* error = m.body_as_Error()) {
-            Fail(StatusFromError(*error, peer));
-          } else if (const auto* done = m.body_as_RoundComplete()) {
-            PruneRounds(done->round());
-          } else if (const auto* take = m.body_as_TakeRound()) {
-            auto round = shard_->CheckpointNow(take->round());
-            if (!round.ok()) {
-              OnRoundWritten(take->round(), round.status(), 0);
-            }
-          }
-          return;
-        }
-        if (auto* welcome = m.body_as_Welcome()) {
-          if (Status s = auth->CheckWelcome(peer); !s.ok()) {
-            return answer->set_value(s);
-          }
-          Result<RunSettings> settings = ReadRunConfig(welcome->config());
-          if (settings.ok()) {
-            coordinator_timeout_ms_ = settings->worker_timeout_ms;
-          }
-          welcomed->store(true);
-          answer->set_value(std::move(settings));
-        } else if (auto* error = m.body_as_Error()) {
-          answer->set_value(StatusFromError(*error, peer));
-        } else {
-          answer->set_value(ProtocolError(peer + " answered Hello with " +
-                                          wire::EnumNameBody(m.body_type())));
-        }
-      },
-      [answer, answered, welcomed, peer, this](const Status& why) {
-        if (!answered->exchange(true)) {
-          answer->set_value(
-              Unavailable(peer + " closed the connection" +
-                          (why.ok() ? "" : ": " + why.message())));
-        } else if (*welcomed && !stopping_) {
-          TETHER_LOG(kWarning) << "lost the " << peer;
-          coordinator_link_lost_ = true;
-          OnCoordinatorLost();
-        }
-      });
-  HelloFields hello;
-  hello.role = wire::Role::Shard;
-  hello.shard_id = options_.shard_id;
-  hello.address = address_;
-  hello.name = "shard " + std::to_string(options_.shard_id);
-  hello.command = ShardCommand(options_.argv, listening_);
-  coordinator_link_->Send(auth->First(std::move(hello)));
-  auto future = answer->get_future();
-  if (future.wait_for(std::chrono::milliseconds(std::max(
-          options_.connect_timeout_ms, 1000))) != std::future_status::ready) {
-    return Status(Code::kTimeout, peer + " did not answer Hello");
-  }
-  TETHER_ASSIGN_OR_RETURN(RunSettings settings, future.get());
+  CoordinatorLink::Options o;
+  o.coordinator = options_.coordinator;
+  o.shard_id = options_.shard_id;
+  o.address = address_;
+  o.command = ShardCommand(options_.argv, listening_);
+  o.connect_timeout_ms = options_.connect_timeout_ms;
+  o.connection = connection_options_;
+  o.auth_key = auth_key_;
+  o.tls = options_.tls;
+  CoordinatorLink::Callbacks callbacks;
+  callbacks.on_order = [this](const wire::Message& m) {
+    OnCoordinatorOrder(m);
+  };
+  callbacks.on_refused = [this](const Status& why) { Fail(why); };
+  coordinator_link_ = std::make_unique<CoordinatorLink>(io_, std::move(o),
+                                                        std::move(callbacks));
+  TETHER_ASSIGN_OR_RETURN(RunSettings settings, coordinator_link_->Register());
   if (settings.num_shards != options_.run.num_shards) {
     return InvalidArgument("--shards: this shard was started with " +
                            std::to_string(options_.run.num_shards) +
@@ -324,6 +282,19 @@ Status Server::RegisterWithCoordinator() {
                                    options_.max_frame_bytes);
   shard_->SetLimits(options_.max_keys, options_.max_waiting);
   return Status::Ok();
+}
+
+void Server::OnCoordinatorOrder(const wire::Message& m) {
+  if (const auto* load = m.body_as_LoadRound()) {
+    (void)LoadAndReport(load->round());
+  } else if (const auto* error = m.body_as_Error()) {
+    Fail(StatusFromError(*error, "coordinator " + options_.coordinator));
+  } else if (const auto* done = m.body_as_RoundComplete()) {
+    PruneRounds(done->round());
+  } else if (const auto* take = m.body_as_TakeRound()) {
+    auto round = shard_->CheckpointNow(take->round());
+    if (!round.ok()) OnRoundWritten(take->round(), round.status(), 0);
+  }
 }
 
 Status Server::OpenStore(CheckpointStore::OpenMode mode) {
@@ -345,24 +316,88 @@ void Server::StartCheckpointer() {
   shard_->EnableCheckpoints(checkpointer_.get());
 }
 
-Result<ShardSnapshot> Server::ReadRound(int64_t round, const RunSettings& run) {
-  TETHER_ASSIGN_OR_RETURN(auto snapshot, store_->ReadShard(round));
-  std::string mismatch = IdentityMismatch(snapshot, options_.shard_id, run);
-  if (!mismatch.empty()) {
-    return InvalidArgument(
-        "checkpoint dir " + options_.data_dir + ": round " +
-        std::to_string(round) + " is not shard " +
-        std::to_string(options_.shard_id) +
-        "'s slice of this run, so it is not served: " + mismatch);
+Result<ShardSnapshot> Server::ReadRound(int64_t round, const RunSettings& run,
+                                        int written_by, bool* resharded) {
+  if (resharded != nullptr) *resharded = false;
+  const std::string where = "checkpoint dir " + options_.data_dir + ": round " +
+                            std::to_string(round);
+  Result<ShardSnapshot> own =
+      store_ ? store_->ReadShard(round)
+             : Result<ShardSnapshot>(NotFound(where + ": no checkpoint store"));
+  if (written_by == 0 && own.ok()) written_by = own->settings.num_shards;
+  const bool other_count = written_by != 0 && written_by != run.num_shards;
+  if (!other_count && (own.ok() || options_.reshard_from.empty())) {
+    if (!own.ok()) return own.status();
+    std::string mismatch = IdentityMismatch(*own, options_.shard_id, run);
+    if (!mismatch.empty()) {
+      return InvalidArgument(
+          where + " is not shard " + std::to_string(options_.shard_id) +
+          "'s slice of this run, so it is not served: " + mismatch);
+    }
+    return own;
   }
-  return snapshot;
+  if (options_.reshard_from.empty()) {
+    return InvalidArgument(
+        where + " was written by " + std::to_string(written_by) +
+        " shards and this run has " + std::to_string(run.num_shards) +
+        " (--shards): give --reshard-from with the data dir of every shard "
+        "that wrote it (readable from this host), and each shard loads its "
+        "part of the round");
+  }
+  Result<ShardSnapshot> part =
+      ReadRoundPart(options_.reshard_from, round, run, options_.shard_id);
+  if (!part.ok()) return part.status().WithContext("--reshard-from");
+  if (resharded != nullptr) *resharded = true;
+  return part;
+}
+
+std::string Server::ReshardNote(const ShardSnapshot& snapshot,
+                                const RunSettings& run, bool resharded) const {
+  const std::string round = "round " + std::to_string(snapshot.round);
+  if (resharded) {
+    return "resuming " + round + " written by " +
+           std::to_string(snapshot.settings.num_shards) + " shards on " +
+           std::to_string(run.num_shards) + " shards: shard " +
+           std::to_string(options_.shard_id) + " took its part from " +
+           std::to_string(options_.reshard_from.size()) +
+           " --reshard-from dir(s)";
+  }
+  if (!options_.reshard_from.empty()) {
+    return "--reshard-from ignored: " + round + " was written by " +
+           std::to_string(snapshot.settings.num_shards) +
+           " shards, as many as this run has";
+  }
+  return "";
+}
+
+Result<std::vector<RoundRecord>> Server::ResumableRounds() {
+  Status opened = OpenStore(CheckpointStore::OpenMode::kExisting);
+  if (opened.ok()) return store_->CompleteRounds();
+  if (opened.code() != Code::kNotFound || options_.reshard_from.empty()) {
+    return opened.WithContext("--resume");
+  }
+  // A new data dir for a resharded run: the old shard 0's records.
+  for (const std::string& dir : options_.reshard_from) {
+    auto old = CheckpointStore::OpenReadOnly(dir);
+    if (!old.ok()) return old.status().WithContext("--reshard-from");
+    TETHER_ASSIGN_OR_RETURN(auto records, (*old)->CompleteRounds());
+    if (!records.empty()) {
+      TETHER_LOG(kInfo) << "--resume: " << options_.data_dir
+                        << " holds no checkpoint store; the complete rounds "
+                           "are those recorded in "
+                        << dir;
+      return records;
+    }
+  }
+  return NotFound("--resume: no checkpoint store in " + options_.data_dir +
+                  ", and none of the --reshard-from dirs records a complete "
+                  "round (shard 0's does)");
 }
 
 Result<ShardSnapshot> Server::PickResumeRound(RunSettings* settings,
-                                              std::vector<int64_t>* complete) {
-  TETHER_RETURN_IF_ERROR(
-      OpenStore(CheckpointStore::OpenMode::kExisting).WithContext("--resume"));
-  TETHER_ASSIGN_OR_RETURN(auto rounds, store_->CompleteRounds());
+                                              std::vector<int64_t>* complete,
+                                              std::string* data_progress) {
+  TETHER_ASSIGN_OR_RETURN(auto rounds, ResumableRounds());
   if (rounds.empty()) {
     return NotFound("--resume: no complete checkpoint round in " +
                     options_.data_dir);
@@ -409,7 +444,9 @@ Result<ShardSnapshot> Server::PickResumeRound(RunSettings* settings,
     RunSettings run = *resumed;
     run.run_id = record->settings.run_id;
     run.resume_round = record->round;
-    auto snapshot = ReadRound(record->round, run);
+    bool resharded = false;
+    auto snapshot =
+        ReadRound(record->round, run, record->settings.num_shards, &resharded);
     if (!snapshot.ok()) {
       last = snapshot.status();
       if (!latest) break;
@@ -424,7 +461,12 @@ Result<ShardSnapshot> Server::PickResumeRound(RunSettings* settings,
                            << ", the newest complete round shard 0 holds "
                               "intact";
     }
+    if (std::string note = ReshardNote(*snapshot, run, resharded);
+        !note.empty()) {
+      TETHER_LOG(kInfo) << note;
+    }
     *settings = run;
+    *data_progress = record->data;
     for (const RoundRecord& r : rounds) {
       if (r.round <= record->round) complete->push_back(r.round);
     }
@@ -436,12 +478,22 @@ Result<ShardSnapshot> Server::PickResumeRound(RunSettings* settings,
 }
 
 Status Server::LoadRound(int64_t round) {
-  TETHER_RETURN_IF_ERROR(OpenStore(CheckpointStore::OpenMode::kExisting));
-  TETHER_ASSIGN_OR_RETURN(auto snapshot, ReadRound(round, shard_->settings()));
+  // A shard new to a resharded run starts a store of its own.
+  TETHER_RETURN_IF_ERROR(OpenStore(options_.reshard_from.empty()
+                                       ? CheckpointStore::OpenMode::kExisting
+                                       : CheckpointStore::OpenMode::kCreate));
+  bool resharded = false;
+  TETHER_ASSIGN_OR_RETURN(
+      auto snapshot,
+      ReadRound(round, shard_->settings(), /*written_by=*/0, &resharded));
   TETHER_RETURN_IF_ERROR(shard_->Restore(snapshot).WithContext(
       "checkpoint dir " + options_.data_dir + ": round " +
       std::to_string(round)));
   StartCheckpointer();
+  if (std::string note = ReshardNote(snapshot, shard_->settings(), resharded);
+      !note.empty()) {
+    TETHER_LOG(kInfo) << note;
+  }
   TETHER_LOG(kInfo) << "resuming from round " << round << " (clock "
                     << snapshot.min_clock << ")";
   TETHER_LOG(kInfo) << "shard " << options_.shard_id
@@ -452,10 +504,19 @@ Status Server::LoadRound(int64_t round) {
 
 std::vector<int64_t> Server::IntactRounds() {
   std::vector<int64_t> intact;
-  if (!store_) return intact;
-  auto rounds = store_->ShardRounds();
-  if (!rounds.ok()) return intact;
-  for (int64_t round : *rounds) {
+  std::set<int64_t> rounds;
+  if (store_) {
+    auto own = store_->ShardRounds();
+    if (own.ok()) rounds.insert(own->begin(), own->end());
+  }
+  // A resharded run's rounds are in the old shards' dirs (each in all).
+  if (!options_.reshard_from.empty()) {
+    auto old = CheckpointStore::OpenReadOnly(options_.reshard_from[0]);
+    auto listed = old.ok() ? (*old)->ShardRounds()
+                           : Result<std::vector<int64_t>>(old.status());
+    if (listed.ok()) rounds.insert(listed->begin(), listed->end());
+  }
+  for (int64_t round : rounds) {
     if (ReadRound(round, shard_->settings()).ok()) intact.push_back(round);
   }
   return intact;
@@ -500,26 +561,6 @@ Status Server::SetUpCheckpoints() {
   return Status::Ok();
 }
 
-void Server::OnCoordinatorLost() {
-  // With eviction off (a timeout of 0) the run still cannot go on without
-  // its coordinator; --connect-timeout-ms is how long a shard waits for it.
-  const int timeout_ms = coordinator_timeout_ms_;
-  const int wait_ms =
-      timeout_ms > 0 ? timeout_ms : std::max(options_.connect_timeout_ms, 1000);
-  coordinator_lost_timer_->expires_after(std::chrono::milliseconds(wait_ms));
-  coordinator_lost_timer_->async_wait(
-      [this, wait_ms, timeout_ms](const boost::system::error_code& ec) {
-        if (ec || stopping_) return;
-        Fail(Unavailable(
-            "the coordinator (shard 0 at " + options_.coordinator +
-            ") has been gone for " + std::to_string(wait_ms) + " ms (" +
-            (timeout_ms > 0 ? "the run's --worker-timeout-ms"
-                            : "--connect-timeout-ms") +
-            "): this shard stops, since a coordinator cannot rejoin a "
-            "running run; start every shard again with --resume latest"));
-      });
-}
-
 void Server::Fail(const Status& why) {
   {
     MutexLock lock(&sessions_mu_);
@@ -559,6 +600,7 @@ void Server::RecordRound(int64_t round, uint64_t bytes) {
   record.bytes = bytes;
   record.settings = shard_->settings();
   record.workers = shard_->WorkerPositions();
+  record.data = coordinator_->SaveDataProgress(record.clock);
   if (Status s = store_->MarkComplete(record); !s.ok()) {
     TETHER_LOG(kError) << "checkpoint round " << round
                        << " written but not recorded: " << s.message();
@@ -678,7 +720,7 @@ Status Server::Readiness() const {
                                  options_.coordinator);
   }
   if (coordinator_) return coordinator_->Readiness();
-  if (coordinator_link_lost_) {
+  if (coordinator_link_->lost()) {
     return Unavailable("the coordinator (" + options_.coordinator +
                        ") is out of reach");
   }
@@ -707,8 +749,7 @@ void Server::CloseAll() {
     acceptor_.close(ignored);
     signals_.cancel(ignored);
     if (coordinator_link_) coordinator_link_->Close();
-    for (auto* timer : {stats_timer_.get(), eviction_timer_.get(),
-                        coordinator_lost_timer_.get()}) {
+    for (auto* timer : {stats_timer_.get(), eviction_timer_.get()}) {
       if (timer)
         asio::post(timer->get_executor(), [timer] { timer->cancel(); });
     }

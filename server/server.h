@@ -23,6 +23,7 @@
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/coordinator.h"
+#include "server/coordinator_link.h"
 #include "server/dashboard.h"
 #include "server/options.h"
 #include "server/session.h"
@@ -45,7 +46,7 @@ class Server {
   // Blocks until the server stops; returns after every thread has joined.
   // OK after Stop(), SIGINT or SIGTERM; the reason when the server stopped
   // itself because the run cannot go on (it could not resume, or a shard
-  // > 0 lost its coordinator for longer than the run's timeout).
+  // > 0 was refused by its coordinator).
   Status Run();
   void Stop();
 
@@ -60,12 +61,30 @@ class Server {
   // Shard 0: the complete round --resume names that shard 0 can load (with
   // latest, the newest such), read and checked; sets settings->run_id and
   // resume_round from its record and fills `complete` with the complete
-  // rounds up to it.
+  // rounds up to it, and `data_progress` with the round's record of where
+  // each epoch's data stood (empty in rounds written before it was kept).
   Result<ShardSnapshot> PickResumeRound(RunSettings* settings,
-                                        std::vector<int64_t>* complete);
+                                        std::vector<int64_t>* complete,
+                                        std::string* data_progress);
+  // Shard 0: the complete rounds recorded in --data-dir; when it holds no
+  // store there and --reshard-from is given, those recorded in the first of
+  // those dirs that holds some (shard 0's of the old run).
+  Result<std::vector<RoundRecord>> ResumableRounds();
   // Reads `round` from --data-dir and checks that it is this shard's slice
-  // of the run `run` describes (IdentityMismatch).
-  Result<ShardSnapshot> ReadRound(int64_t round, const RunSettings& run);
+  // of the run `run` describes (IdentityMismatch). When the round was
+  // written by another number of shards than run.num_shards (its record's
+  // `written_by`, else this shard's own slice's count; 0: unknown), or
+  // this shard holds none of it: this shard's part of it, merged from every
+  // --reshard-from dir (server/round_merge.h; its settings keep the
+  // writers' shard count), and *resharded set. kInvalidArgument naming
+  // --reshard-from when that is needed and not given.
+  Result<ShardSnapshot> ReadRound(int64_t round, const RunSettings& run,
+                                  int written_by = 0,
+                                  bool* resharded = nullptr);
+  // What the log says of a round ReadRound read: resharded, or
+  // --reshard-from ignored since the counts agree; "" otherwise.
+  std::string ReshardNote(const ShardSnapshot& snapshot, const RunSettings& run,
+                          bool resharded) const;
   // ReadRound, then loads it into the shard.
   Status LoadRound(int64_t round);
   void StartCheckpointer();  // once the store and the shard are there
@@ -73,9 +92,8 @@ class Server {
   std::vector<int64_t> IntactRounds();
   // Shards > 0: loads `round` and tells the coordinator how it went.
   Status LoadAndReport(int64_t round);
-  // The coordinator link closed: a shard > 0 waits the run's timeout, then
-  // stops with an error (the coordinator cannot come back to this run).
-  void OnCoordinatorLost();
+  // Shards > 0: what the coordinator says once registered.
+  void OnCoordinatorOrder(const wire::Message& m);
   // Stops the server; Run() returns `why`.
   void Fail(const Status& why);
   void OnRoundWritten(int64_t round, const Result<uint64_t>& written,
@@ -117,18 +135,15 @@ class Server {
 
   std::unique_ptr<CheckpointStore> store_;  // with --data-dir
   std::unique_ptr<Shard> shard_;
-  std::unique_ptr<Coordinator> coordinator_;      // shard 0 only
-  std::shared_ptr<Connection> coordinator_link_;  // shards > 0
-  std::shared_ptr<Dashboard> dashboard_;          // shard 0 with --http
-  std::unique_ptr<HttpServer> health_;            // with --health
+  std::unique_ptr<Coordinator> coordinator_;           // shard 0 only
+  std::unique_ptr<CoordinatorLink> coordinator_link_;  // shards > 0
+  std::shared_ptr<Dashboard> dashboard_;               // shard 0 with --http
+  std::unique_ptr<HttpServer> health_;                 // with --health
   // The TLS context connections are accepted with, made by Start(); null
   // without --tls-cert.
   std::shared_ptr<asio::ssl::context> tls_server_;
   std::unique_ptr<asio::steady_timer> stats_timer_;  // shards > 0
   std::unique_ptr<asio::steady_timer> eviction_timer_;
-  std::unique_ptr<asio::steady_timer> coordinator_lost_timer_;  // shards > 0
-  std::atomic<bool> coordinator_link_lost_{false};  // shards > 0, for /readyz
-  std::atomic<int> coordinator_timeout_ms_{0};      // the run's, from Welcome
 
   Mutex sessions_mu_;
   std::vector<std::weak_ptr<Session>> sessions_ TETHER_GUARDED_BY(sessions_mu_);

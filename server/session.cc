@@ -93,6 +93,30 @@ void Session::Deliver(Frame frame) {
   if (const wire::DataRequest* data = message.body_as_DataRequest()) {
     return OnDataRequest(*data);
   }
+  if (const wire::ShareRequest* share = message.body_as_ShareRequest()) {
+    return OnShareRequest(*share);
+  }
+  if (const wire::Leave* leave = message.body_as_Leave()) {
+    if (peer_.role != wire::Role::Worker) {
+      return conn_->Send(MakeErrorFrame(
+          leave->request_id(), ProtocolError("only workers leave a run")));
+    }
+    // Other shards stop counting it when its connection closes, next.
+    if (coordinator_ != nullptr) {
+      std::optional<SharePlans::Leftover> unfinished;
+      if (leave->epoch() >= 0 && leave->index() >= 0 &&
+          leave->index() < leave->members()) {
+        unfinished = SharePlans::Leftover{leave->epoch(), leave->index(),
+                                          leave->members(), leave->rows_done()};
+      }
+      coordinator_->WorkerLeaving(peer_.rank, conn_.get(),
+                                  leave->reason() ? leave->reason()->str() : "",
+                                  leave->finished(), unfinished);
+    }
+    flatbuffers::FlatBufferBuilder fbb(64);
+    return conn_->Send(
+        FinishFrame(fbb, wire::CreateAck(fbb, leave->request_id())));
+  }
   if (const wire::Stats* stats = message.body_as_Stats()) {
     // Another shard's figures, for the dashboard; nothing to answer.
     if (peer_.role != wire::Role::Shard || coordinator_ == nullptr) {
@@ -114,8 +138,8 @@ void Session::OnDataRequest(const wire::DataRequest& m) {
         ProtocolError("data chunks are for workers, from shard 0")));
   }
   shard_->Heard(peer_.rank);
-  auto answer =
-      coordinator_->NextChunk(peer_.rank, m.rows(), m.chunk_rows(), m.epochs());
+  auto answer = coordinator_->NextChunk(
+      peer_.rank, {m.rows(), m.chunk_rows(), m.epochs(), m.clock(), m.batch()});
   if (!answer.ok()) {
     return conn_->Send(MakeErrorFrame(m.request_id(), answer.status()));
   }
@@ -125,6 +149,34 @@ void Session::OnDataRequest(const wire::DataRequest& m) {
       fbb, wire::CreateDataChunk(fbb, m.request_id(), c ? c->epoch : 0,
                                  c ? c->index : 0, c ? c->first : 0,
                                  c ? c->count : 0, answer->finished)));
+}
+
+void Session::OnShareRequest(const wire::ShareRequest& m) {
+  if (peer_.role != wire::Role::Worker || coordinator_ == nullptr) {
+    return conn_->Send(MakeErrorFrame(
+        m.request_id(),
+        ProtocolError("data shares are for workers, from shard 0")));
+  }
+  shard_->Heard(peer_.rank);
+  if (m.leftover()) {
+    auto left = coordinator_->TakeLeftover(peer_.rank, m.epoch());
+    flatbuffers::FlatBufferBuilder fbb(64);
+    return conn_->Send(FinishFrame(
+        fbb, wire::CreateShareAnswer(
+                 fbb, m.request_id(), left ? left->epoch : m.epoch(),
+                 left.has_value(), left ? left->index : -1,
+                 left ? left->members : 0, 0, left ? left->first_row : 0)));
+  }
+  auto answer =
+      coordinator_->Share(peer_.rank, m.epoch(), m.clock(), m.batch());
+  if (!answer.ok()) {
+    return conn_->Send(MakeErrorFrame(m.request_id(), answer.status()));
+  }
+  flatbuffers::FlatBufferBuilder fbb(64);
+  conn_->Send(FinishFrame(
+      fbb, wire::CreateShareAnswer(fbb, m.request_id(), m.epoch(),
+                                   answer->decided, answer->index,
+                                   answer->members, answer->start_clock)));
 }
 
 void Session::Refuse(const Status& why) {
@@ -157,7 +209,9 @@ void Session::OnHello(const wire::Hello& hello) {
       if (monitor_ != nullptr && hello.shard_id() > 0) {
         monitor_->OnShardCommand(hello.shard_id(), Command(hello));
       }
-      return coordinator_->RegisterShard(hello.shard_id(), address, conn_);
+      return coordinator_->RegisterShard(
+          hello.shard_id(), address, conn_,
+          hello.serving_run_id() ? hello.serving_run_id()->str() : "");
     }
     case wire::Role::Worker: {
       peer_.staleness =
@@ -171,10 +225,10 @@ void Session::OnHello(const wire::Hello& hello) {
         if (monitor_ != nullptr) {
           monitor_->OnWorkerCommand(rank, Command(hello));
         }
-      } else if (rank < 0 || rank >= settings.num_workers) {
+      } else if (rank < 0 || rank >= RankCapacity(settings)) {
         return Refuse(InvalidArgument(
             "worker rank " + std::to_string(rank) + " is not in 0.." +
-            std::to_string(settings.num_workers - 1) +
+            std::to_string(RankCapacity(settings) - 1) +
             "; ask the coordinator for a rank first"));
       }
       peer_.rank = rank;

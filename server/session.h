@@ -36,6 +36,7 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   void OnHello(const wire::Hello& hello);
   void OnDataRequest(const wire::DataRequest& request);
+  void OnShareRequest(const wire::ShareRequest& request);
   void OnClosed(const Status& why);
   void Refuse(const Status& why);
   OutFrame MakeWelcome(int rank, int staleness) const;

@@ -69,6 +69,10 @@ inline constexpr SettingField kSettingFields[] = {
      kIdentity | kAnyShard | kInFirstRounds},
     {"num_workers", "workers", "workers that must join before training starts",
      kIdentity | kInFirstRounds},
+    {"max_workers", "max-workers",
+     "most workers at once: more than --workers may join after the start; "
+     "0: no limit beyond --max-connections",
+     kOmitAtDefault},
     {"seed", "seed", "run seed from which every other seed derives",
      kIdentity | kInFirstRounds},
     {"block_size", "block-size", "floats per dense block",

@@ -73,7 +73,7 @@ Shard::Shard(int shard_id, RunSettings settings, size_t max_frame_bytes)
       max_frame_bytes_(max_frame_bytes),
       store_(settings.seed, settings.block_size, settings.optimizer),
       clocks_(settings.num_workers, settings.backup_workers),
-      workers_(settings.num_workers),
+      workers_(RankCapacity(settings)),
       reports_(settings.num_workers) {}
 
 int64_t Shard::NowMs() {
@@ -99,9 +99,16 @@ void Shard::Heard(int rank) {
 }
 
 void Shard::JoinLocked(int rank, int64_t clock, Outbox& out) {
+  // A rank beyond --workers joins a running run: it starts at the slowest
+  // live worker's clock, as a rejoin does.
+  const bool beyond = rank >= settings_.num_workers;
+  if (rank >= clocks_.num_workers()) {
+    clocks_.Grow(rank + 1);
+    reports_.resize(clocks_.num_workers());
+  }
   // The first connection at the start of a run joins where it is: workers
   // connect one after another, and the first ones may have clocked already.
-  const bool rejoin = workers_.Join(rank);
+  const bool rejoin = workers_.Join(rank) || beyond;
   const int64_t join =
       std::max(rejoin ? clocks_.JoinClock(rank) : clocks_.clock(rank), clock);
   std::vector<ClockTable::Release> released;
@@ -149,8 +156,12 @@ std::vector<int> Shard::EvictSilent() {
 
 int64_t Shard::JoinClock(int rank) {
   MutexLock lock(&mu_);
-  if (rank < 0 || rank >= clocks_.num_workers()) return 0;
-  return workers_.joined(rank) ? clocks_.JoinClock(rank) : clocks_.clock(rank);
+  if (rank < 0) return 0;
+  // Not seen yet: it will take the slowest live worker's clock.
+  if (rank >= clocks_.num_workers()) return clocks_.min_clock();
+  return workers_.joined(rank) || rank >= settings_.num_workers
+             ? clocks_.JoinClock(rank)
+             : clocks_.clock(rank);
 }
 
 void Shard::Handle(const PeerInfo& peer, const wire::Message& message,

@@ -10,7 +10,9 @@ StragglerWatch::StragglerWatch(int num_workers, StragglerOptions options)
 
 std::vector<StragglerWatch::Verdict> StragglerWatch::Sample(
     double t, const std::vector<Worker>& workers, bool all_joined) {
-  const size_t n = std::min(workers.size(), workers_.size());
+  // Workers that joined beyond the first ones start with no history.
+  if (workers.size() > workers_.size()) workers_.resize(workers.size());
+  const size_t n = workers.size();
   std::vector<Verdict> verdicts(workers.size());
   if (!all_joined) {
     all_joined_since_.reset();

@@ -12,9 +12,11 @@
 //      - fell behind: its clock advanced by less than half as much as the
 //        fastest running worker's, which advanced at least `min_advance`
 //        clocks (asynchronous workers, whom nobody waits for).
-// Nothing straggles until every worker has joined once and `window_s` has
-// passed since, nor a worker that has not been running for the whole
-// window (it just joined, rejoined or came back from an eviction).
+// Nothing straggles until every member of the run (the caller says who:
+// the Monitor counts the ranks of --workers and any later one, less those
+// that left) has joined once and `window_s` has passed since, nor a worker
+// that has not been running for the whole window (it just joined, rejoined
+// or came back from an eviction).
 //
 // Not thread-safe: the Monitor calls it under its mutex.
 #pragma once
@@ -49,11 +51,13 @@ class StragglerWatch {
     int64_t fastest_advance = 0;
   };
 
+  // Room for `num_workers` at first; a sample that lists more grows it.
   explicit StragglerWatch(int num_workers, StragglerOptions options = {});
 
   // Adds the sample taken at `t` seconds (non-decreasing from call to call)
-  // and returns a verdict per worker. `all_joined`: every worker of the run
-  // has connected at least once. Workers beyond num_workers are ignored.
+  // and returns a verdict per worker listed. `all_joined`: every current
+  // member of the run has connected at least once. A worker not running
+  // (not connected, finished, left) forgets its window.
   std::vector<Verdict> Sample(double t, const std::vector<Worker>& workers,
                               bool all_joined);
 

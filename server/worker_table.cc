@@ -2,14 +2,14 @@
 
 namespace tether {
 
-WorkerTable::WorkerTable(int num_workers)
-    : connected_(num_workers, false),
-      conn_(num_workers, nullptr),
-      joined_(num_workers, false),
-      evicted_(num_workers, false),
-      moved_forward_(num_workers, false),
-      staleness_(num_workers, -1),
-      heard_ms_(std::make_unique<std::atomic<int64_t>[]>(num_workers)) {}
+WorkerTable::WorkerTable(int capacity)
+    : connected_(capacity, false),
+      conn_(capacity, nullptr),
+      joined_(capacity, false),
+      evicted_(capacity, false),
+      moved_forward_(capacity, false),
+      staleness_(capacity, -1),
+      heard_ms_(std::make_unique<std::atomic<int64_t>[]>(capacity)) {}
 
 void WorkerTable::SetConnected(int rank, bool connected) {
   if (connected_[rank] != connected) connected_count_ += connected ? 1 : -1;
@@ -63,7 +63,7 @@ std::vector<WorkerTable::Evicted> WorkerTable::EvictSilent(
     int64_t now_ms, int64_t timeout_ms, const std::function<bool(int)>& live) {
   std::vector<Evicted> out;
   if (timeout_ms <= 0) return out;
-  for (int r = 0; r < num_workers(); ++r) {
+  for (int r = 0; r < capacity(); ++r) {
     if (!connected_[r] || evicted_[r] || !live(r)) continue;
     const int64_t silent = now_ms - last_heard_ms(r);
     if (silent < timeout_ms) continue;

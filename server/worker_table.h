@@ -27,12 +27,13 @@ class Connection;  // compared by address only
 
 class WorkerTable {
  public:
-  // Ranks 0..num_workers-1, none connected, joined or evicted.
-  explicit WorkerTable(int num_workers);
+  // Ranks 0..capacity-1 (the most a run may have: RankCapacity), none
+  // connected, joined or evicted. Fixed, so that Heard needs no lock.
+  explicit WorkerTable(int capacity);
 
-  int num_workers() const { return static_cast<int>(connected_.size()); }
-  // True for 0 <= rank < num_workers(); other methods expect a valid rank.
-  bool valid(int rank) const { return rank >= 0 && rank < num_workers(); }
+  int capacity() const { return static_cast<int>(connected_.size()); }
+  // True for 0 <= rank < capacity(); other methods expect a valid rank.
+  bool valid(int rank) const { return rank >= 0 && rank < capacity(); }
 
   // `rank` connected on `conn` with staleness bound `staleness` at `now_ms`:
   // it is connected, heard from now and no longer evicted. Returns true

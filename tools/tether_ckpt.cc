@@ -49,6 +49,7 @@
 #include "server/initializer.h"
 #include "server/optimizer.h"
 #include "server/param_store.h"
+#include "server/round_merge.h"
 #include "worker/client.h"
 
 namespace tether {
@@ -207,105 +208,50 @@ struct Model {
   std::map<std::string, SparseTable> tables;
 };
 
-// Merges the slices into whole tensors and tables. Every inconsistency is
-// appended to `problems` (the tensor is then left partly assembled).
+// Merges the slices (server/round_merge.h) into whole tensors and tables.
+// Every inconsistency is appended to `problems` (the tensor is then left
+// partly assembled).
 void Assemble(const ShardDirs& dirs, Model* m,
               std::vector<std::string>* problems) {
   const int64_t round = m->record.round;
   const uint32_t block_size = m->record.settings.block_size;
   const uint64_t seed = m->record.settings.seed;
-  std::map<std::pair<std::string, uint32_t>, size_t> block_owner;
-  // The shard holding each row, and the row when it fits.
-  std::map<std::pair<std::string, uint64_t>,
-           std::pair<size_t, const TableSnapshot::Row*>>
-      row_owner;
-  for (size_t k = 0; k < m->slices.size(); ++k) {
-    const std::string where = Where(round, k, dirs);
-    for (const TensorSnapshot& t : m->slices[k].tensors) {
-      DenseTensor& d = m->tensors[t.name];
-      if (d.def == nullptr) {
-        d.def = &t;
-        uint64_t numel = 1;
-        for (uint64_t n : t.shape) numel *= n;
-        d.num_blocks = (numel - 1) / block_size + 1;
-        d.values.assign(numel, 0.0f);
-      } else if (d.def->shape != t.shape || d.def->init != t.init ||
-                 d.def->id != t.id) {
-        problems->push_back(where + ": tensor '" + t.name + "' is " +
-                            ShapeString(t.shape) + " " + InitString(t.init) +
-                            ", elsewhere " + ShapeString(d.def->shape) + " " +
-                            InitString(d.def->init));
-        continue;
-      }
-      for (const TensorSnapshot::Block& b : t.blocks) {
-        const uint64_t begin = uint64_t{b.index} * block_size;
-        const uint64_t len =
-            std::min<uint64_t>(block_size, d.values.size() - begin);
-        auto [it, first] = block_owner.try_emplace({t.name, b.index}, k);
-        if (!first) {
-          problems->push_back(where + ": tensor '" + t.name + "' block " +
-                              std::to_string(b.index) +
-                              " is also held by shard " +
-                              std::to_string(it->second));
-          continue;
-        }
-        if (begin >= d.values.size() || b.weights.size() != len) {
-          problems->push_back(where + ": tensor '" + t.name + "' block " +
-                              std::to_string(b.index) + " has " +
-                              std::to_string(b.weights.size()) +
-                              " floats, expected " + std::to_string(len));
-          continue;
-        }
-        std::copy(b.weights.begin(), b.weights.end(), d.values.begin() + begin);
-        ++d.held;
-      }
-    }
-    for (const TableSnapshot& t : m->slices[k].tables) {
-      SparseTable& s = m->tables[t.name];
-      if (s.def == nullptr) {
-        s.def = &t;
-      } else if (s.def->dim != t.dim || s.def->init != t.init ||
-                 s.def->id != t.id) {
-        problems->push_back(where + ": table '" + t.name + "' has dim " +
-                            std::to_string(t.dim) + ", elsewhere " +
-                            std::to_string(s.def->dim));
-        continue;
-      }
-      for (const TableSnapshot::Row& r : t.rows) {
-        auto [it, first] = row_owner.try_emplace({t.name, r.key}, k, &r);
-        if (!first) {
-          problems->push_back(
-              where + ": table '" + t.name + "' row " + std::to_string(r.key) +
-              " is also held by shard " + std::to_string(it->second.first));
-        } else if (r.weights.size() != t.dim) {
-          it->second.second = nullptr;
-          problems->push_back(where + ": table '" + t.name + "' row " +
-                              std::to_string(r.key) + " has " +
-                              std::to_string(r.weights.size()) +
-                              " floats, expected " + std::to_string(t.dim));
-        }
-      }
-    }
-  }
-  // Blocks no shard holds were never touched: they still hold their initial
-  // values, a pure function of the seed.
-  for (auto& [name, d] : m->tensors) {
-    for (uint64_t b = 0; b < d.num_blocks; ++b) {
-      if (block_owner.count({name, static_cast<uint32_t>(b)}) > 0) continue;
+  const MergedRound merged = MergeSlices(
+      m->slices, block_size, [&](size_t k) { return Where(round, k, dirs); },
+      problems);
+  for (const auto& [name, t] : merged.tensors) {
+    DenseTensor& d = m->tensors[name];
+    d.def = t.def;
+    d.num_blocks = t.num_blocks;
+    d.values.assign(t.numel, 0.0f);
+    for (uint64_t b = 0; b < t.num_blocks; ++b) {
       const uint64_t begin = b * block_size;
-      const uint64_t len =
-          std::min<uint64_t>(block_size, d.values.size() - begin);
-      FillInitial(d.def->init, seed, d.def->id, begin,
-                  {d.values.data() + begin, len});
+      const uint64_t len = std::min<uint64_t>(block_size, t.numel - begin);
+      const auto held = t.blocks.find(static_cast<uint32_t>(b));
+      if (held == t.blocks.end()) {
+        // Never touched: it still holds its initial values, a pure
+        // function of the seed.
+        FillInitial(t.def->init, seed, t.def->id, begin,
+                    {d.values.data() + begin, len});
+        continue;
+      }
+      const TensorSnapshot::Block* block = held->second.second;
+      if (block == nullptr) continue;  // does not fit: a problem already
+      std::copy(block->Weights().begin(), block->Weights().end(),
+                d.values.begin() + begin);
+      ++d.held;
     }
   }
   // Rows in key order, whichever shard holds them.
-  for (const auto& [name_key, owner] : row_owner) {
-    const TableSnapshot::Row* row = owner.second;
-    if (row == nullptr) continue;
-    SparseTable& s = m->tables[name_key.first];
-    s.keys.push_back(row->key);
-    s.values.insert(s.values.end(), row->weights.begin(), row->weights.end());
+  for (const auto& [name, t] : merged.tables) {
+    SparseTable& s = m->tables[name];
+    s.def = t.def;
+    for (const auto& [key, held] : t.rows) {
+      const TableSnapshot::Row* row = held.second;
+      if (row == nullptr) continue;
+      s.keys.push_back(key);
+      s.values.insert(s.values.end(), row->weights.begin(), row->weights.end());
+    }
   }
 }
 
@@ -360,9 +306,12 @@ int RunList(const ShardDirs& dirs) {
     return 0;
   }
   // Rounds each shard holds completely written, by shard id; a shard whose
-  // directory is missing or unreadable holds none.
-  const size_t shards =
-      static_cast<size_t>(records->back().settings.num_shards);
+  // directory is missing or unreadable holds none. Rounds before a resume
+  // on another number of shards (--reshard-from) have another count.
+  size_t shards = 0;
+  for (const RoundRecord& r : *records) {
+    shards = std::max(shards, static_cast<size_t>(r.settings.num_shards));
+  }
   std::vector<std::set<int64_t>> held(shards);
   std::vector<std::string> problems(shards);
   for (size_t k = 0; k < shards; ++k) {
@@ -393,7 +342,7 @@ int RunList(const ShardDirs& dirs) {
             << "state\n";
   for (const RoundRecord& r : *records) {
     std::string state = "complete";
-    for (size_t k = 0; k < shards; ++k) {
+    for (size_t k = 0; k < static_cast<size_t>(r.settings.num_shards); ++k) {
       if (held[k].count(r.round) > 0) continue;
       state = "INCOMPLETE: shard " + std::to_string(k) +
               (problems[k].empty() ? " no longer holds it (pruned or lost)"
@@ -517,7 +466,9 @@ int RunVerify(const ShardDirs& dirs, const CkptOptions& o) {
       m.slices.emplace_back();  // keeps shard ids as indices
     }
   }
-  for (size_t k = shards; k < dirs.dirs.size(); ++k) {
+  // A dir of shardN dirs may hold more than the round's count: the run
+  // was resharded (--reshard-from) onto more shards since.
+  for (size_t k = shards; dirs.parent.empty() && k < dirs.dirs.size(); ++k) {
     problems.push_back(Where(round, k, dirs) + ": the run has only " +
                        std::to_string(shards) + " shards");
   }

@@ -83,8 +83,11 @@ struct UpOptions {
   std::string log_dir;   // default: a new /tmp/tether-up-XXXXXX
   std::string data_dir;  // shards' data dirs DIR/shardN; default: log_dir
   std::string resume;    // latest or a round
-  int threads = 1;       // compute threads per worker
-  int gpu_workers = 0;   // the first N ranks use --device cuda
+  // HOST:PORT of a running run's coordinator: start --workers more workers
+  // for it (they take free ranks) instead of a cluster of its own.
+  std::string join;
+  int threads = 1;                      // compute threads per worker
+  int gpu_workers = 0;                  // the first N ranks use --device cuda
   std::string http = "127.0.0.1:8080";  // shard 0's dashboard; off: none
   // Seconds to keep the shards and the dashboard up after training; -1:
   // until Ctrl-C.
@@ -100,6 +103,10 @@ struct UpOptions {
   // 0 gets only these of the run-wide ones and takes the rest from the
   // round.
   std::set<std::string> given;
+  // With --resume: the run's shard count before (its saved flags); 0:
+  // unknown. When --shards differs, every shard gets --reshard-from with
+  // DATA_DIR/shard0..shardN-1 and loads its part of the round.
+  int resumed_shards = 0;
 };
 
 // The flags that make a run what it is, kept in DATA_DIR/tether-up.flags so
@@ -116,9 +123,10 @@ const std::vector<RunFlag>& RunFlags() {
     std::vector<RunFlag> out;
     for (const SettingField& f : kSettingFields) {
       if (!IsServerFlag(f)) continue;
-      out.push_back({f.flag.data(), f.Has(kIdentity), [flag = f.flag](auto& o) {
-                       return SettingTextOf(o.run, flag);
-                     }});
+      // --shards and --workers may change on resume (ResumeMayChange).
+      out.push_back(
+          {f.flag.data(), f.Has(kIdentity) && !ResumeMayChange(f.flag),
+           [flag = f.flag](auto& o) { return SettingTextOf(o.run, flag); }});
     }
     const std::vector<RunFlag> own = {
         {"model", true, [](auto& o) { return o.model; }},
@@ -222,6 +230,9 @@ class Launcher {
   std::unique_ptr<Client> observer_;
   Clock::time_point start_ = Clock::now();
   double target_reached_s_ = -1;  // when a test accuracy >= target was seen
+  // Workers in the run (connected, not left) at the last Poll, whoever
+  // started them.
+  int workers_in_run_ = 0;
 };
 
 Status Launcher::Failed(const Process& p, const std::string& name,
@@ -285,6 +296,17 @@ Status Launcher::StartShards() {
       argv.push_back("--coordinator");
       argv.push_back(coordinator_);
     }
+    if (!o_.resume.empty() && o_.resumed_shards > 0 &&
+        o_.resumed_shards != o_.run.num_shards) {
+      // The round was written by the old shards into their dirs, which
+      // stay where tether-up put them.
+      std::string old_dirs;
+      for (int k = 0; k < o_.resumed_shards; ++k) {
+        old_dirs += (k ? "," : "") + o_.data_dir + "/shard" + std::to_string(k);
+      }
+      argv.push_back("--reshard-from");
+      argv.push_back(old_dirs);
+    }
     const std::string name = "shard " + std::to_string(id);
     const std::string base = o_.log_dir + "/shard" + std::to_string(id);
     argv.push_back("--ready-file");
@@ -338,9 +360,11 @@ Status Launcher::StartWorkers() {
   for (int r = 0; r < o_.run.num_workers; ++r) {
     const bool slow = r >= o_.run.num_workers - o_.slow;
     std::vector<std::string> argv = WorkerCommand();
+    // Joining a running run: the coordinator gives each a free rank.
+    const int rank = o_.join.empty() ? r : -1;
     for (const std::string& arg :
          {std::string("--coordinator"), coordinator_, std::string("--rank"),
-          std::to_string(r), std::string("--staleness"),
+          std::to_string(rank), std::string("--staleness"),
           std::to_string(o_.staleness), std::string("--data"), o_.data,
           std::string("--epochs"), std::to_string(o_.epochs),
           std::string("--batch"), std::to_string(o_.batch),
@@ -357,7 +381,8 @@ Status Launcher::StartWorkers() {
       argv.push_back("cuda");
     }
     auto p = Process::Start(
-        WithKey(argv), o_.log_dir + "/worker" + std::to_string(r) + ".log");
+        WithKey(argv), o_.log_dir + (o_.join.empty() ? "/worker" : "/joined") +
+                           std::to_string(r) + ".log");
     if (!p.ok()) return p.status().WithContext("worker " + std::to_string(r));
     workers_.push_back(std::move(*p));
     started_workers_.push_back(
@@ -383,6 +408,8 @@ void Launcher::Poll(bool print, bool tty) {
   auto stats = observer_->Stats();
   if (!stats.ok() || stats->empty()) return;
   const ShardStats& s0 = (*stats)[0];
+  workers_in_run_ = 0;
+  for (const auto& w : s0.workers) workers_in_run_ += w.connected && !w.left;
   std::string clocks, accuracy = "-";
   double loss = 0, rate = 0;
   int reported = 0;
@@ -456,6 +483,11 @@ Status Launcher::Watch() {
     const bool print = Clock::now() - last_line >= every || !running;
     Poll(print, tty);
     if (print) last_line = Clock::now();
+    // Workers another tether-up added (--join) may still be training.
+    if (!running && o_.join.empty() && workers_in_run_ > 0 &&
+        !shards_.empty()) {
+      running = true;
+    }
     if (!running) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -501,10 +533,19 @@ int Launcher::Run() {
       (o_.python_model.empty() ? o_.model : o_.python_model).c_str(),
       o_.data.c_str(), o_.epochs, o_.log_dir.c_str());
   if (!WriteSummary("starting", nullptr).ok()) return 1;
-  Status s = StartShards();
+  Status s = Status::Ok();
+  if (o_.join.empty()) {
+    s = StartShards();
+  } else {
+    coordinator_ = o_.join;
+    std::printf("tether-up: adding %d workers to the run at %s\n",
+                o_.run.num_workers, coordinator_.c_str());
+  }
   if (s.ok()) {
     std::printf("coordinator: %s\n", coordinator_.c_str());
-    if (!dashboard_.empty()) {
+    if (!o_.join.empty()) {
+      // The run's own tether-up serves its dashboard.
+    } else if (!dashboard_.empty()) {
       std::printf("dashboard:   %s\n", dashboard_.c_str());
       std::printf("token:       in %s (for the dashboard's buttons)\n",
                   o_.http_token_file.c_str());
@@ -527,7 +568,8 @@ int Launcher::Run() {
   if (s.ok()) s = Watch();
   const int64_t stopped_at = s.ok() ? StoppedAtClock() : -1;
   double accuracy = -1;
-  if (s.ok()) s = Evaluate(&accuracy);
+  // The run's own tether-up evaluates it.
+  if (s.ok() && o_.join.empty()) s = Evaluate(&accuracy);
   const int64_t stopped_round = stopped_at >= 0 ? LastCompleteRound() : -1;
   double secs = std::chrono::duration<double>(Clock::now() - start_).count();
   if (!s.ok() || o_.linger_s == 0) StopAll();
@@ -728,6 +770,10 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddString("data-dir", &o.data_dir,
               "shards keep checkpoints in DIR/shard0, DIR/shard1, ... "
               "(default: the log dir)");
+  p.AddString("join", &o.join,
+              "HOST:PORT of a running run's coordinator (another tether-up's): "
+              "add --workers workers to it, with this command's worker flags, "
+              "instead of starting a cluster");
   p.AddString("resume", &o.resume,
               "resume from a complete round in --data-dir: latest or a "
               "round number");
@@ -751,7 +797,8 @@ void BindFlags(FlagParser& p, UpOptions& o) {
 
 // --resume: the run's flags come from DATA_DIR/tether-up.flags (written when
 // the run started), those given now on top. A given identity flag that
-// differs is refused, naming it. Returns an exit code on error.
+// differs is refused, naming it; --shards and --workers may differ (the
+// shards then reshard the round). Returns an exit code on error.
 std::optional<int> TakeSavedFlags(int argc, char** argv,
                                   const FlagParser& given, UpOptions* o) {
   for (const RunFlag& f : RunFlags()) {
@@ -802,6 +849,13 @@ std::optional<int> TakeSavedFlags(int argc, char** argv,
     return 2;
   }
   merged.given = o->given;
+  merged.resumed_shards = saved.run.num_shards;
+  if (merged.run.num_shards != saved.run.num_shards) {
+    std::cerr << "tether-up: --resume: --shards " << merged.run.num_shards
+              << " now, " << saved.run.num_shards << " in the run (" << path
+              << "): every shard loads its part of the round from "
+              << o->data_dir << "/shard0.." << saved.run.num_shards - 1 << "\n";
+  }
   *o = merged;
   return std::nullopt;
 }
@@ -832,6 +886,11 @@ int Main(int argc, char** argv) {
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   if (Status tls = CheckTlsOptions(o.tls); !tls.ok()) {
     std::cerr << "tether-up: " << tls.message() << "\n";
+    return 2;
+  }
+  if (!o.join.empty() && !o.resume.empty()) {
+    std::cerr << "tether-up: --join adds workers to a running run; --resume "
+                 "starts one: give one of them\n";
     return 2;
   }
   if (!o.resume.empty() && o.data_dir.empty()) {
@@ -875,7 +934,7 @@ int Main(int argc, char** argv) {
                  "--workers\n";
     return 2;
   }
-  SaveFlags(o);
+  if (o.join.empty()) SaveFlags(o);
   InitLogging("tether-up", LogLevel::kError);
   struct sigaction sa {};
   sa.sa_handler = [](int) { g_interrupted = true; };

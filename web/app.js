@@ -257,10 +257,23 @@ function renderStatus() {
   setText('samples-per-s', fmtInt(s.samples_per_s));
   setText('loss', fmtFixed(s.loss, 4));
   setText('accuracy', fmtPercent(s.test_accuracy));
-  setText('workers-live', known(s.workers) ? `${fmtInt(s.workers_live)} of ${fmtInt(s.workers)}` : DASH);
+  renderWorkerCount(s);
   setText('shards-reporting', known(s.shards) ? `${fmtInt(s.shards_reporting)} of ${fmtInt(s.shards)}` : DASH);
   setText('push-counts', `pushes ${fmtInt(s.pushes)} · pulls ${fmtInt(s.pulls)} · ` +
                          `rejected ${fmtInt(s.rejected_pushes)}`);
+}
+
+// Live of joined now; workers may join beyond --workers (s.workers, the
+// quorum the run starts with), up to s.workers_max (0: no limit).
+function renderWorkerCount(s) {
+  const joined = known(s.workers_joined) ? s.workers_joined : s.workers;
+  setText('workers-live', known(s.workers) ? `${fmtInt(s.workers_live)} / ${fmtInt(joined)}` : DASH);
+  const max = s.workers_max > 0 ? `at most ${fmtInt(s.workers_max)} at once` : 'no limit on more';
+  const title = known(s.workers)
+    ? `Live workers / workers joined now. The run starts once ${fmtInt(s.workers)} have joined; ` +
+      `more may join later (${max}).` : '';
+  const el = $('workers-live');
+  if (el.title !== title) el.title = title;
 }
 
 function renderWorkers() {
@@ -269,7 +282,7 @@ function renderWorkers() {
     const device = String(w.device || '');
     const gpu = device.startsWith('cuda');
     const bound = w.staleness_bound === -1 ? 'async' : fmtInt(w.staleness_bound);
-    const rowClass = ['straggling', 'dead', 'joining', 'finished'].includes(w.state) ? w.state : '';
+    const rowClass = ['straggling', 'dead', 'joining', 'finished', 'left'].includes(w.state) ? w.state : '';
     return tr([
       td(fmtInt(w.rank), 'num'),
       td(w.host || DASH),

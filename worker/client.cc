@@ -92,6 +92,9 @@ struct Client::Impl {
   std::unordered_map<std::string, TensorMeta> tensors
       TETHER_GUARDED_BY(tensors_mu);
 
+  Mutex share_mu;
+  Client::SharePart share_rest TETHER_GUARDED_BY(share_mu);
+
   // Last: destroyed first, it joins the I/O threads before anything their
   // callbacks use goes away.
   client_internal::ShardLinks links;
@@ -552,8 +555,9 @@ Status Client::AwaitShards(int timeout_ms) {
 }
 
 Result<Client::DataChunk> Client::NextChunk(uint64_t rows, uint32_t chunk_rows,
-                                            int epochs) {
+                                            int epochs, uint32_t batch) {
   Impl& c = *impl_;
+  const int64_t now = clock();
   auto chunk = std::make_shared<DataChunk>();
   Status s = Wait([&](Callback cb) {
     uint64_t request = c.links.NextId();
@@ -561,7 +565,7 @@ Result<Client::DataChunk> Client::NextChunk(uint64_t rows, uint32_t chunk_rows,
     c.links.Send(
         0, request,
         FinishFrame(fbb, wire::CreateDataRequest(fbb, request, rows, chunk_rows,
-                                                 epochs)),
+                                                 epochs, now, batch)),
         [chunk, cb = std::move(cb)](const wire::Message* m, const Status& e) {
           if (m == nullptr) return cb(e);
           const wire::DataChunk* d = m->body_as_DataChunk();
@@ -573,6 +577,85 @@ Result<Client::DataChunk> Client::NextChunk(uint64_t rows, uint32_t chunk_rows,
   });
   if (!s.ok()) return s;
   return *chunk;
+}
+
+namespace {
+
+// One ShareRequest to shard 0 from worker `c` (its own share of `epoch`,
+// or a leftover); `read` takes the answer apart.
+Status AskShare(Client::Impl& c, int64_t clock, int epoch, bool leftover,
+                uint32_t batch,
+                std::function<void(const wire::ShareAnswer&)> read) {
+  return Wait([&](Client::Callback cb) {
+    uint64_t request = c.links.NextId();
+    flatbuffers::FlatBufferBuilder fbb(64);
+    c.links.Send(
+        0, request,
+        FinishFrame(fbb, wire::CreateShareRequest(fbb, request, epoch, clock,
+                                                  leftover, batch)),
+        [read, cb = std::move(cb)](const wire::Message* m, const Status& e) {
+          if (m == nullptr) return cb(e);
+          const wire::ShareAnswer* a = m->body_as_ShareAnswer();
+          if (a == nullptr) {
+            return cb(ProtocolError("no share in answer"));
+          }
+          read(*a);
+          cb(Status::Ok());
+        });
+  });
+}
+
+}  // namespace
+
+Result<Client::DataShare> Client::Share(int epoch, uint32_t batch) {
+  auto share = std::make_shared<DataShare>();
+  TETHER_RETURN_IF_ERROR(AskShare(
+      *impl_, clock(), epoch, false, batch,
+      [share](const wire::ShareAnswer& a) {
+        *share = {a.decided(), a.index(), a.members(), a.start_clock()};
+      }));
+  return *share;
+}
+
+Result<Client::SharePart> Client::TakeLeftover(int epoch) {
+  auto part = std::make_shared<SharePart>();
+  TETHER_RETURN_IF_ERROR(AskShare(
+      *impl_, clock(), epoch, true, 0, [part](const wire::ShareAnswer& a) {
+        if (a.decided()) {
+          *part = {a.epoch(), a.index(), a.members(), a.first_row()};
+        }
+      }));
+  return *part;
+}
+
+void Client::SetSharePosition(const SharePart& rest) {
+  MutexLock lock(&impl_->share_mu);
+  impl_->share_rest = rest;
+}
+
+Status Client::Leave(const std::string& reason, bool finished) {
+  Impl& c = *impl_;
+  SharePart rest;
+  {
+    MutexLock lock(&c.share_mu);
+    rest = c.share_rest;
+  }
+  return Wait([&](Callback cb) {
+    uint64_t request = c.links.NextId();
+    flatbuffers::FlatBufferBuilder fbb(128);
+    c.links.Send(0, request,
+                 FinishFrame(fbb, wire::CreateLeave(
+                                      fbb, request, fbb.CreateString(reason),
+                                      finished, rest.epoch, rest.index,
+                                      rest.members, rest.first_row)),
+                 [cb = std::move(cb)](const wire::Message* m, const Status& e) {
+                   cb(m == nullptr ? e : Status::Ok());
+                 });
+  });
+}
+
+void Client::RequestStop(const std::string& reason) {
+  impl_->links.RequestStop(reason);
 }
 
 Result<std::vector<ShardStats>> Client::Stats() {

@@ -214,7 +214,55 @@ class Client {
     uint32_t count = 0;
     bool finished = false;
   };
-  Result<DataChunk> NextChunk(uint64_t rows, uint32_t chunk_rows, int epochs);
+  // `batch`: the rows this worker trains per clock (0: not said), so that a
+  // checkpoint round records how much of a chunk in hand it holds and a
+  // resumed run trains only the rest.
+  Result<DataChunk> NextChunk(uint64_t rows, uint32_t chunk_rows, int epochs,
+                              uint32_t batch = 0);
+
+  // Fixed data shares: this worker's share of `epoch`. The epoch's members
+  // are fixed by shard 0 when the epoch is first asked for (server/
+  // share_plan.h); member `index` of `members` trains WorkerShare(rows,
+  // index, members, seed, epoch). decided false: not fixed yet (this worker
+  // joined during the previous epoch): ask again. index -1: not a member,
+  // sit the epoch out. `start_clock`: this worker's clock when it began the
+  // epoch, so one that comes back skips what its clock covers. Workers only.
+  struct DataShare {
+    bool decided = false;
+    int index = -1;
+    int members = 0;
+    int64_t start_clock = 0;
+  };
+  // `batch`: rows this worker trains a clock (so that shard 0 can hand its
+  // share on from where it stands, should it not come back).
+  Result<DataShare> Share(int epoch, uint32_t batch = 0);
+
+  // Fixed shares under changing membership: a part of a share that a
+  // member left untrained (it left the run mid-epoch). Member `index` of
+  // `members` in `epoch`: rows from `first_row` on of WorkerShare(rows,
+  // index, members, seed, epoch).
+  struct SharePart {
+    int epoch = -1;  // -1: none
+    int index = -1;
+    int members = 0;
+    uint64_t first_row = 0;
+  };
+  // Takes the leftover of the lowest epoch <= `epoch` for this worker to
+  // train (epoch -1: none left now). Workers only.
+  Result<SharePart> TakeLeftover(int epoch);
+  // Where this worker is in a fixed share now: what Leave() hands on as
+  // a leftover (rows `first_row` on are not trained). Reset with
+  // epoch -1 once the share is done. Thread-safe.
+  void SetSharePosition(const SharePart& rest);
+
+  // Leaves the run for good, saying `reason` (shown on the dashboard): shard
+  // 0 stops counting this worker at once and frees its rank. Call it once
+  // training is over, before the Client is destroyed; a worker that just
+  // disconnects counts as lost (it may come back). `finished`: the data
+  // chunk it holds, if any, is done (else it goes back to the pool); the
+  // rest of the fixed share it was in (SetSharePosition) goes to another
+  // member. Workers only.
+  Status Leave(const std::string& reason, bool finished = true);
 
   // Every shard's counters, by shard id.
   Result<std::vector<ShardStats>> Stats();
@@ -233,6 +281,9 @@ class Client {
   // after its current step. The reason is empty until then.
   bool stop_requested() const;
   std::string stop_reason() const;
+  // Any thread (a signal handler's thread, e.g. on SIGTERM): asks the
+  // training loop to end after its current step, as a stopped run does.
+  void RequestStop(const std::string& reason);
 
   // Largest staleness any shard reported for this client's pushes.
   int64_t max_push_staleness() const { return max_push_staleness_; }

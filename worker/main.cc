@@ -6,6 +6,7 @@
 #include "schema/launcher.h"
 #include "schema/log.h"
 #include "schema/tls.h"
+#include "worker/signals.h"
 #include "worker/trainer.h"
 
 int main(int argc, char** argv) {
@@ -68,6 +69,9 @@ int main(int argc, char** argv) {
               << tether::DescribeTrainerOptions(o) << "\n";
     return 0;
   }
+  // Before any thread starts: SIGTERM and SIGINT make the worker leave
+  // the run after its current step.
+  tether::StopTrainingOnSignals();
   o.command = tether::ShellCommand(argc, argv);
   tether::InitLogging("worker", tether::LogLevel::kWarning);
   tether::Status s = tether::RunTrainer(o);

@@ -35,6 +35,8 @@ uint64_t RequestIdOf(const wire::Message& m) {
       return m.body_as_CheckpointStarted()->request_id();
     case wire::Body::DataChunk:
       return m.body_as_DataChunk()->request_id();
+    case wire::Body::ShareAnswer:
+      return m.body_as_ShareAnswer()->request_id();
     case wire::Body::Error:
       return m.body_as_Error()->request_id();
     default:
@@ -233,6 +235,15 @@ void ShardLinks::Welcomed(int rank, int heartbeat_ms, int silence_ms) {
 void ShardLinks::Send(int shard, uint64_t id, OutFrame frame,
                       ReplyHandler handler) {
   Send(*links_[shard], id, std::move(frame), std::move(handler));
+}
+
+void ShardLinks::RequestStop(const std::string& reason) {
+  {
+    MutexLock lock(&stop_mu_);
+    if (stop_requested_) return;  // the first reason stands
+    stop_reason_ = reason;
+  }
+  stop_requested_ = true;
 }
 
 std::string ShardLinks::stop_reason() const {
@@ -617,11 +628,7 @@ void ShardLinks::OnFrame(Link& link, const Frame& frame) {
   if (const wire::Stop* stop = m.body_as_Stop()) {
     const std::string reason =
         stop->reason() ? stop->reason()->str() : "stopped";
-    {
-      MutexLock lock(&stop_mu_);
-      stop_reason_ = reason;
-    }
-    stop_requested_ = true;
+    RequestStop(reason);
     TETHER_LOG(kWarning) << link.Describe() << ": the run was stopped ("
                          << reason << ")";
     return;

@@ -124,8 +124,12 @@ class ShardLinks {
   Status AwaitShards(int timeout_ms);
   // How many times a shard connection was lost so far.
   uint64_t losses() const { return losses_.load(); }
-  // Shard 0 said the run was stopped; the reason is empty until then.
+  // Shard 0 said the run was stopped, or RequestStop was called; the
+  // reason is empty until then.
   bool stop_requested() const { return stop_requested_.load(); }
+  // Any thread: training should end after its current step, for `reason`
+  // (the first one given stands).
+  void RequestStop(const std::string& reason);
   std::string stop_reason() const;
 
  private:

@@ -7,11 +7,13 @@
 #include <optional>
 #include <sstream>
 
+#include "schema/log.h"
 #include "schema/tls.h"
 #include "worker/client.h"
 #include "worker/dataset.h"
 #include "worker/dense_trainer.h"
 #include "worker/model.h"
+#include "worker/signals.h"
 #include "worker/sparse_trainer.h"
 
 namespace tether {
@@ -223,6 +225,26 @@ std::string DescribeTrainerOptions(const TrainerOptions& o) {
   return line;
 }
 
+// Runs `train` with `client` (a signal asks it to stop after a step), then
+// leaves the run, saying why: the worker's end is final, so shard 0 stops
+// counting it at once.
+template <typename Train>
+Status TrainThenLeave(Client& client, Train train) {
+  Status trained;
+  {
+    StopOnSignal on_signal(client);
+    trained = train();
+  }
+  const std::string reason = !trained.ok() ? "failed: " + trained.message()
+                             : client.stop_requested() ? client.stop_reason()
+                                                       : "finished its epochs";
+  if (Status left = client.Leave(reason, trained.ok()); !left.ok()) {
+    TETHER_LOG(kWarning) << "could not tell shard 0 this worker leaves: "
+                         << left.message();
+  }
+  return trained;
+}
+
 Status RunTrainer(const TrainerOptions& o) {
   TETHER_RETURN_IF_ERROR(CheckTrainerOptions(o));
   TETHER_ASSIGN_OR_RETURN(auto device, ParseDevice(o.device, "--device"));
@@ -231,7 +253,8 @@ Status RunTrainer(const TrainerOptions& o) {
     co.name = "tether-worker sparse-lr";
     TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
     SayResuming(*client);
-    return RunSparseTrainer(o, *client);
+    return TrainThenLeave(*client,
+                          [&] { return RunSparseTrainer(o, *client); });
   }
   TETHER_ASSIGN_OR_RETURN(auto hidden, ParseWidths(o.hidden));
   std::string test_spec = o.test_data;
@@ -280,7 +303,9 @@ Status RunTrainer(const TrainerOptions& o) {
   co.name = "tether-worker " + o.model;
   TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
   SayResuming(*client);
-  return RunDenseTrainer(o, *client, *model, *train, test ? &*test : nullptr);
+  return TrainThenLeave(*client, [&] {
+    return RunDenseTrainer(o, *client, *model, *train, test ? &*test : nullptr);
+  });
 }
 
 }  // namespace tether

@@ -25,11 +25,16 @@ Status CheckOptions(const LoopOptions& o) {
   return Status::Ok();
 }
 
+// Where a fixed-share worker stands, told before each batch: the rows of
+// `rows` before `first` are done.
+using Position = std::function<void(uint64_t first)>;
+
 // Runs `rows` batch by batch; `skip` counts down the batches a resumed run
 // already covered.
 Status RunBatches(Client& client, const LoopOptions& o,
                   std::span<const uint32_t> rows, int epoch, int64_t* skip,
-                  const BatchStep& step, const AfterClock& after_clock) {
+                  const BatchStep& step, const AfterClock& after_clock,
+                  bool finish = false, const Position& position = nullptr) {
   std::function<Status()> after;
   if (after_clock) after = [&] { return after_clock(epoch); };
   const size_t batch = static_cast<size_t>(o.batch);
@@ -38,24 +43,96 @@ Status RunBatches(Client& client, const LoopOptions& o,
       --*skip;
       continue;
     }
+    if (position) position(first);
     const auto part = rows.subspan(first, std::min(batch, rows.size() - first));
     TETHER_RETURN_IF_ERROR(RunBatch(
-        client, [&] { return step(part, epoch); }, after));
+        client, [&] { return step(part, epoch); }, after, finish));
   }
   return Status::Ok();
 }
 
-// A fixed share of every epoch, one clock per batch, so a worker that
-// joins at clock c (a resumed run) skips the c batches its schedule
-// already covered.
+// Keeps this worker's clock moving while it has nothing to train (it sits
+// an epoch out, or waits for a chunk), so that it holds no one back.
+Status Idle(Client& client) {
+  TETHER_RETURN_IF_ERROR(client.Clock());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return Status::Ok();
+}
+
+// The parts of shares that departed members left untrained, of `epoch` or
+// earlier, until shard 0 has none left.
+Status TrainLeftovers(Client& client, const LoopOptions& o, int epoch,
+                      const BatchStep& step, const AfterClock& after_clock) {
+  while (true) {
+    if (client.stop_requested()) return Stopped(client);
+    Client::SharePart part;
+    TETHER_RETURN_IF_ERROR(SurvivingLostShards(client, [&]() -> Status {
+      TETHER_ASSIGN_OR_RETURN(part, client.TakeLeftover(epoch));
+      return Status::Ok();
+    }));
+    if (part.epoch < 0) return Status::Ok();
+    const std::vector<uint32_t> order = WorkerShare(
+        o.rows, part.index, part.members, client.seed(), part.epoch);
+    if (part.first_row >= order.size()) continue;
+    TETHER_LOG(kInfo) << "worker " << client.rank()
+                      << " trains what a departed worker left of epoch "
+                      << part.epoch << ": " << order.size() - part.first_row
+                      << " rows";
+    int64_t no_skip = 0;
+    TETHER_RETURN_IF_ERROR(RunBatches(
+        client, o, std::span(order).subspan(part.first_row), part.epoch,
+        &no_skip, step, after_clock, /*finish=*/false, [&](uint64_t first) {
+          client.SetSharePosition(
+              {part.epoch, part.index, part.members, part.first_row + first});
+        }));
+    client.SetSharePosition({});
+  }
+}
+
+// A fixed share of every epoch, one clock per batch: shard 0 says which
+// share of each epoch is this worker's (the epoch's members are fixed when
+// it starts), and where this worker's clock stood when it began it, so a
+// worker that comes back (restarted, or a resumed run) skips the batches
+// its clock already covers.
 Status TrainShare(Client& client, const LoopOptions& o, const BatchStep& step,
                   const AfterClock& after_clock) {
-  int64_t skip = client.clock();
+  const uint64_t batch = static_cast<uint64_t>(o.batch);
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
-    const std::vector<uint32_t> order = WorkerShare(
-        o.rows, client.rank(), client.num_workers(), client.seed(), epoch);
-    TETHER_RETURN_IF_ERROR(
-        RunBatches(client, o, order, epoch, &skip, step, after_clock));
+    Client::DataShare share;
+    while (true) {
+      if (client.stop_requested()) return Stopped(client);
+      TETHER_RETURN_IF_ERROR(SurvivingLostShards(client, [&]() -> Status {
+        TETHER_ASSIGN_OR_RETURN(
+            share, client.Share(epoch, static_cast<uint32_t>(o.batch)));
+        return Status::Ok();
+      }));
+      if (share.decided) break;
+      // Joined during the previous epoch: the next one will count it.
+      TETHER_RETURN_IF_ERROR(
+          SurvivingLostShards(client, [&] { return Idle(client); }));
+    }
+    if (share.index < 0) {
+      TETHER_LOG(kInfo) << "epoch " << epoch << " started before worker "
+                        << client.rank() << " joined: it starts with epoch "
+                        << epoch + 1;
+    } else {
+      const std::vector<uint32_t> order =
+          WorkerShare(o.rows, share.index, share.members, client.seed(), epoch);
+      const int64_t batches =
+          static_cast<int64_t>((order.size() + batch - 1) / batch);
+      int64_t skip = std::max<int64_t>(0, client.clock() - share.start_clock);
+      if (skip < batches) {
+        TETHER_RETURN_IF_ERROR(
+            RunBatches(client, o, order, epoch, &skip, step, after_clock,
+                       /*finish=*/false, [&](uint64_t first) {
+                         client.SetSharePosition(
+                             {epoch, share.index, share.members, first});
+                       }));
+      }
+      client.SetSharePosition({});
+    }
+    // What members that left during this epoch (or before) did not train.
+    TETHER_RETURN_IF_ERROR(TrainLeftovers(client, o, epoch, step, after_clock));
   }
   return Status::Ok();
 }
@@ -69,14 +146,13 @@ Status TrainChunks(Client& client, const LoopOptions& o, const BatchStep& step,
   while (true) {
     if (client.stop_requested()) return Stopped(client);
     TETHER_ASSIGN_OR_RETURN(
-        auto chunk, client.NextChunk(
-                        o.rows, static_cast<uint32_t>(o.chunk_rows), o.epochs));
+        auto chunk,
+        client.NextChunk(o.rows, static_cast<uint32_t>(o.chunk_rows), o.epochs,
+                         static_cast<uint32_t>(o.batch)));
     if (chunk.count == 0) {
       if (chunk.finished) return Status::Ok();
-      // Others still hold chunks and one may come back to the pool. Keep
-      // the clock moving meanwhile, so this worker holds no one back.
-      TETHER_RETURN_IF_ERROR(client.Clock());
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      // Others still hold chunks and one may come back to the pool.
+      TETHER_RETURN_IF_ERROR(Idle(client));
       continue;
     }
     if (chunk.epoch != order_epoch) {
@@ -90,8 +166,10 @@ Status TrainChunks(Client& client, const LoopOptions& o, const BatchStep& step,
     }
     const std::span<const uint32_t> rows(order.data() + chunk.first,
                                          chunk.count);
-    TETHER_RETURN_IF_ERROR(
-        RunBatches(client, o, rows, chunk.epoch, &no_skip, step, after_clock));
+    // A chunk in hand is finished even when the run is stopped or this
+    // worker leaves, so that every row is trained once.
+    TETHER_RETURN_IF_ERROR(RunBatches(client, o, rows, chunk.epoch, &no_skip,
+                                      step, after_clock, /*finish=*/true));
   }
 }
 
@@ -110,14 +188,17 @@ std::vector<uint32_t> WorkerShare(size_t rows, int rank, int workers,
 }
 
 Status RunBatch(Client& client, const std::function<Status()>& step,
-                const std::function<Status()>& after_clock) {
-  TETHER_RETURN_IF_ERROR(SurvivingLostShards(client, [&]() -> Status {
-    TETHER_RETURN_IF_ERROR(step());
-    return client.Clock();
-  }));
+                const std::function<Status()>& after_clock, bool finish) {
+  TETHER_RETURN_IF_ERROR(SurvivingLostShards(
+      client,
+      [&]() -> Status {
+        TETHER_RETURN_IF_ERROR(step());
+        return client.Clock();
+      },
+      finish));
   if (!after_clock) return Status::Ok();
   // The clock is done: a lost shard now repeats only what follows it.
-  return SurvivingLostShards(client, after_clock);
+  return SurvivingLostShards(client, after_clock, finish);
 }
 
 Status RunTrainingLoop(Client& client, const LoopOptions& options,

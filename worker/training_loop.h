@@ -55,11 +55,12 @@ inline Status EndOfTraining(const Client& client, Status trained) {
 // lost shard costs only the step in flight. Returns the step's Status, or
 // the error naming a shard that did not come back within 180 s (or was
 // given up), or kCancelled with the reason once the run was stopped (POST
-// /api/stop), checked before each try.
+// /api/stop), checked before each try unless `finish` (the step is part of
+// work that should be finished, e.g. a data chunk in hand).
 template <typename Step>
-Status SurvivingLostShards(Client& client, Step step) {
+Status SurvivingLostShards(Client& client, Step step, bool finish = false) {
   while (true) {
-    if (client.stop_requested()) return Stopped(client);
+    if (client.stop_requested() && !finish) return Stopped(client);
     const uint64_t lost_before = client.shard_losses();
     Status s = step();
     // Only a lost shard is waited for; other refusals stand.
@@ -94,19 +95,26 @@ using AfterClock = std::function<Status(int epoch)>;
 // together after a lost shard (SurvivingLostShards); then after_clock (may
 // be empty), repeated alone after a lost shard. Returns the first error,
 // or kCancelled once the run was stopped (pass it to EndOfTraining).
+// With `finish`, a stopped run does not end it (see SurvivingLostShards).
 Status RunBatch(Client& client, const std::function<Status()>& step,
-                const std::function<Status()>& after_clock = nullptr);
+                const std::function<Status()>& after_clock = nullptr,
+                bool finish = false);
 
 struct LoopOptions {
   uint64_t rows = 0;  // training-set rows, indices 0..rows-1 (< 2^32)
   int batch = 64;     // rows per step (the last batch of a share may be
                       // smaller); >= 1
   int epochs = 1;     // >= 1
-  // 0: each worker trains on a fixed share of every epoch (WorkerShare of
-  // its rank), one Clock() per batch. > 0: shard 0 hands out chunks of
-  // this many rows (Client::NextChunk), so a faster worker trains on more;
-  // a worker with no chunk while others finish theirs keeps clocking (every
-  // 100 ms) so that it holds no one back.
+  // 0: each worker trains on a fixed share of every epoch, one Clock() per
+  // batch: the epoch's rows split among the workers in the run when it
+  // starts (Client::Share); a worker that joins mid-epoch starts with the
+  // next one, and one that leaves mid-epoch leaves the rest of its share
+  // untrained in that epoch. > 0: shard 0 hands out chunks of this many
+  // rows (Client::NextChunk), so a faster worker trains on more, and every
+  // row is trained once per epoch whoever joins or leaves (a worker that
+  // is stopped or leaves finishes the chunk in hand first). A worker with
+  // nothing to train meanwhile keeps clocking (every 100 ms) so that it
+  // holds no one back.
   int chunk_rows = 0;
 };
 
@@ -114,9 +122,10 @@ struct LoopOptions {
 // batch, then client.Clock(), then after_clock(epoch) (when given), each
 // through RunBatch, so a lost shard costs only the batch in flight.
 //
-// A resumed run: with a fixed share, a worker that starts at clock c skips
-// the first c batches of its schedule (the restored weights reflect them);
-// with chunks, shard 0 hands out only chunks not done yet.
+// A resumed or restarted worker: with a fixed share, it skips the batches
+// of its share its clock already covers (its clock minus the one it began
+// the epoch at, as shard 0 recorded it); with chunks, shard 0 hands out
+// only chunks not done yet.
 //
 // Returns OK after the last epoch, and OK too when the run was stopped
 // (POST /api/stop; logged, and client.stop_requested() says so); otherwise

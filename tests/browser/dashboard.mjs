@@ -135,9 +135,11 @@ async function checkStopButton(page, cluster, note) {
   await waitInPage(page, '#run-state did not turn "stopped"', 10000,
     () => document.getElementById('run-state').textContent === 'stopped',
     () => document.getElementById('run-state').textContent);
-  await waitInPage(page, 'the stopped workers did not turn finished', 30000,
+  // A stopped worker reports done and exits: finished, then left once shard
+  // 0 frees its rank.
+  await waitInPage(page, 'the stopped workers did not turn finished (or left)', 30000,
     () => [...document.querySelectorAll('#workers tbody tr[data-rank] td.state')]
-      .filter((td) => td.textContent === 'finished').length === 2,
+      .filter((td) => ['finished', 'left'].includes(td.textContent)).length === 2,
     workerStates);
   note(`stop run: ${JSON.stringify(answer)}; ${await page.evaluate(workerStates)}`);
 }

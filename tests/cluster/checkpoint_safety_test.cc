@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "server/checkpoint.h"
 #include "tests/support/cluster.h"
@@ -402,21 +404,40 @@ TEST(CheckpointSafety, KeepCheckpointsIsRunWideAndListChecksEveryShard) {
   }
 }
 
-// Issue 13, item 6: a shard > 0 whose coordinator is gone longer than the
-// run's timeout exits non-zero saying so, and frees its port and data dir
-// for the restart the message asks for.
-TEST(CheckpointSafety, ShardExitsWhenItsCoordinatorIsGone) {
+// Issue 18: a shard > 0 whose coordinator is gone serves on and waits for
+// it, saying so once, however long that takes. A coordinator started again
+// for another run (no --resume) refuses it: the shard exits non-zero,
+// naming the runs and what would take its run back, and frees its data dir.
+TEST(CheckpointSafety, ShardWaitsForItsCoordinatorAndANewRunRefusesIt) {
   TempDir dir;
   auto cluster = Cluster::Start(RunOptions(21, {"--worker-timeout-ms", "2000"}),
                                 dir.path());
   ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
   (*cluster)->shard(0).Signal(SIGKILL);
-  auto code = (*cluster)->shard(1).Wait(10000);
-  ASSERT_TRUE(code.ok()) << "shard 1 still runs without its coordinator\n"
+  ASSERT_TRUE((*cluster)->shard(0).Wait(5000).ok());
+  // Twice the run's timeout: it still waits, and said so once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+  ASSERT_TRUE((*cluster)->shard(1).Running()) << (*cluster)->shard(1).Log();
+  std::string log = (*cluster)->shard(1).Log();
+  size_t said = 0;
+  for (size_t at = log.find("lost the coordinator"); at != std::string::npos;
+       at = log.find("lost the coordinator", at + 1)) {
+    ++said;
+  }
+  EXPECT_EQ(said, 1u) << log;
+  EXPECT_TRUE(Has(log, "--resume latest")) << log;
+
+  // A new run on shard 0's address (its own data dir).
+  Status fresh = (*cluster)->Restart(
+      0, {"--data-dir", dir.path() + "/another-run", "--seed", "22"});
+  ASSERT_TRUE(fresh.ok()) << fresh.ToString();
+  auto code = (*cluster)->shard(1).Wait(15000);
+  ASSERT_TRUE(code.ok()) << "shard 1 still runs under another run's "
+                            "coordinator\n"
                          << (*cluster)->shard(1).Log();
   EXPECT_EQ(*code, 1);
-  const std::string log = (*cluster)->shard(1).Log();
-  EXPECT_TRUE(Has(log, "has been gone for 2000 ms")) << log;
+  log = (*cluster)->shard(1).Log();
+  EXPECT_TRUE(Has(log, "this coordinator runs")) << log;
   EXPECT_TRUE(Has(log, "--resume latest")) << log;
   // Its RocksDB lock is free again.
   auto store = CheckpointStore::Open(dir.path() + "/shard1");

@@ -273,7 +273,8 @@ def test_ctrl_c_in_held_pull(cluster, spawn):
         log = held.log()
         assert "CLOSED True" in log, log
         assert "UNAVAILABLE unavailable: the client is closed" in log, log
-        run.shards[0].wait_for_line("worker 0 left", 10)
+        # Closed without leave(): shard 0 counts it gone, maybe back later.
+        run.shards[0].wait_for_line("worker 0 disconnected", 10)
 
         # The shard still serves: this worker's clock releases the pull
         # the interrupted one left behind, and it goes on.

@@ -94,9 +94,11 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
     argv.push_back(dir + "/shard" + std::to_string(id) + ".ready");
     return argv;
   };
+  c->dir_ = dir;
   for (int id = 0; id < o.shards; ++id) {
     const std::string base = dir + "/shard" + std::to_string(id);
-    auto p = Process::Start(flags(id), base + ".log");
+    c->argv_.push_back(flags(id));
+    auto p = Process::Start(c->argv_.back(), base + ".log");
     if (!p.ok()) return p.status();
     c->shards_.push_back(std::move(*p));
     auto ready = c->shards_.back()->WaitForReady(base + ".ready", 10000);
@@ -141,6 +143,25 @@ std::vector<std::unique_ptr<Process>> StartWorkers(
     if (p.ok()) workers.push_back(std::move(*p));
   }
   return workers;
+}
+
+Status Cluster::Restart(int id, const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = argv_[id];
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] == "--listen") argv[i + 1] = addresses_[id];
+  }
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  const std::string base = dir_ + "/shard" + std::to_string(id);
+  std::filesystem::remove(base + ".ready");
+  auto p = Process::Start(argv, base + "-again.log");
+  if (!p.ok()) return p.status();
+  shards_[id] = std::move(*p);
+  auto ready = shards_[id]->WaitForReady(base + ".ready", 10000);
+  if (!ready.ok()) {
+    return ready.status().WithContext("shard " + std::to_string(id) +
+                                      " restarted");
+  }
+  return Status::Ok();
 }
 
 Cluster::~Cluster() {

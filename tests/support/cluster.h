@@ -55,9 +55,15 @@ class Cluster {
   int num_shards() const { return static_cast<int>(shards_.size()); }
   // Prints the tail of every shard's log to stderr.
   void DumpLogs() const;
+  // Starts shard `id` again (it was killed) as it was first started, on the
+  // same address and data dir, with `extra` flags added; logs to
+  // DIR/shardN-again.log. Returns once it listens (its ready file).
+  Status Restart(int id, const std::vector<std::string>& extra);
 
  private:
   Cluster() = default;
+  std::string dir_;
+  std::vector<std::vector<std::string>> argv_;  // by shard, as started
   std::vector<std::unique_ptr<Process>> shards_;
   std::string coordinator_;
   std::string dashboard_;

@@ -252,6 +252,147 @@ TEST(ChunkPool, LateReleaseAfterNulloptMakesChunkAvailableAgain) {
   ExpectAllRowsDoneOnce(pool, 20, 1);
 }
 
+// Workers stepping through clocks together (BSP): each trains `batch` rows
+// of its chunk per clock and asks for the next chunk when it has none left.
+// Counts, by epoch and position, the rows trained at clocks before `stop`
+// (or until the pool is done when stop < 0). Returns the clock reached.
+struct Sim {
+  struct Worker {
+    std::optional<Chunk> chunk;
+    uint32_t trained = 0;  // rows of the chunk trained
+  };
+  uint32_t batch;
+  std::vector<std::vector<int>>* seen;  // [epoch][position]
+
+  int64_t Run(ChunkPool& pool, int workers, int64_t clock, int64_t stop) {
+    std::vector<Worker> w(workers);
+    for (; stop < 0 || clock < stop; ++clock) {
+      bool any = false;
+      for (int r = 0; r < workers; ++r) {
+        Worker& k = w[r];
+        if (!k.chunk || k.trained == k.chunk->count) {
+          auto next = pool.Next(r, clock, batch);
+          EXPECT_TRUE(next.ok());
+          k.chunk = next.ok() ? *next : std::nullopt;
+          k.trained = 0;
+        }
+        if (!k.chunk) continue;
+        any = true;
+        const uint32_t n = std::min(batch, k.chunk->count - k.trained);
+        for (uint32_t i = 0; i < n; ++i) {
+          ++(*seen)[k.chunk->epoch][k.chunk->first + k.trained + i];
+        }
+        k.trained += n;
+      }
+      if (!any && stop < 0) break;
+    }
+    return clock;
+  }
+};
+
+TEST(ChunkPool, ResumedAtARoundClockTrainsEveryRowOnceWithOtherWorkers) {
+  const uint64_t rows = 103;
+  const int epochs = 2;
+  for (int64_t kill : {1, 5, 17, 23, 40}) {
+    SCOPED_TRACE("killed at clock " + std::to_string(kill));
+    std::vector<std::vector<int>> seen(epochs, std::vector<int>(rows, 0));
+    ChunkPool first = Make(2, rows, 10, epochs);
+    Sim sim{3, &seen};
+    // Killed at `kill`: what the workers held is lost with the run.
+    sim.Run(first, 2, 0, kill);
+    const ChunkPool::Progress saved = first.Save(kill);
+    // The progress says how many rows the round holds; they are the ones
+    // trained before the kill.
+    uint64_t in_round = 0;
+    for (int e = 0; e < epochs; ++e) {
+      for (uint32_t i : saved.done[e])
+        in_round += std::min<uint64_t>(10, rows - i * 10);
+      for (const auto& [i, n] : saved.partial[e]) in_round += n;
+    }
+    uint64_t trained = 0;
+    for (const auto& e : seen)
+      trained += std::accumulate(e.begin(), e.end(), 0);
+    EXPECT_EQ(in_round, trained);
+
+    auto resumed = ChunkPool::Resume(3, saved, 7);
+    ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+    sim.Run(*resumed, 3, kill, -1);
+    for (int e = 0; e < epochs; ++e) {
+      for (uint64_t p = 0; p < rows; ++p) {
+        ASSERT_EQ(seen[e][p], 1) << "epoch " << e << " position " << p;
+      }
+    }
+    ExpectAllRowsDoneOnce(*resumed, rows, epochs);
+  }
+}
+
+TEST(ChunkPool, SaveCountsAChunkWithoutABatchOnlyWhenCompleted) {
+  ChunkPool pool = Make(2, 40, 10, 1);
+  ASSERT_TRUE(pool.Next(0, 0, 0).ok());  // chunk 0, batch not said
+  ASSERT_TRUE(pool.Next(1, 0, 4).ok());  // chunk 1, 4 rows per clock
+  ChunkPool::Progress p = pool.Save(2);
+  EXPECT_TRUE(p.done[0].empty());
+  ASSERT_EQ(p.partial[0].size(), 1u);
+  EXPECT_EQ(p.partial[0].at(1), 8u) << "two clocks of 4 rows";
+  EXPECT_EQ(pool.Save(5).done[0], std::vector<uint32_t>{1});
+  ASSERT_TRUE(pool.Next(0, 3, 0).ok());  // completes chunk 0, takes chunk 2
+  p = pool.Save(5);
+  EXPECT_EQ(p.done[0], (std::vector<uint32_t>{0, 1}));
+  EXPECT_TRUE(p.partial[0].empty());
+
+  // Resumed: the rest of nothing partial; chunk 2 (handed out, untrained)
+  // and 3 come next.
+  auto resumed = ChunkPool::Resume(1, p, 7);
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ(Take(*resumed, 0).index, 2u);
+  EXPECT_EQ(Take(*resumed, 0).index, 3u);
+  EXPECT_TRUE(Idle(*resumed, 0));
+  ExpectAllRowsDoneOnce(*resumed, 40, 1);
+}
+
+TEST(ChunkPool, ResumedPartChunkHandsOutOnlyItsRestFirst) {
+  ChunkPool::Progress p;
+  p.rows = 40;
+  p.chunk_rows = 10;
+  p.epochs = 1;
+  p.done = {{0}};
+  p.partial = {{{2, 6}}};
+  auto pool = ChunkPool::Resume(2, p, 7);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_EQ(pool->Counts()[0].rows_done, 16u);
+  Chunk rest = Take(*pool, 0);
+  EXPECT_EQ(rest.index, 1u) << "handed out before, untrained";
+  Chunk part = Take(*pool, 1);
+  EXPECT_EQ(part.index, 2u);
+  EXPECT_EQ(part.first, 26u);
+  EXPECT_EQ(part.count, 4u);
+  EXPECT_EQ(Take(*pool, 0).index, 3u);
+  EXPECT_TRUE(Idle(*pool, 0));
+  EXPECT_TRUE(Idle(*pool, 1));
+  ExpectAllRowsDoneOnce(*pool, 40, 1);
+}
+
+TEST(ChunkPool, ResumeRefusesProgressThatDoesNotFitNamingIt) {
+  ChunkPool::Progress p;
+  p.rows = 40;
+  p.chunk_rows = 10;
+  p.epochs = 1;
+  p.done = {{4}};
+  auto bad = ChunkPool::Resume(2, p, 7);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("chunk 4 of epoch 0"),
+            std::string::npos)
+      << bad.status().message();
+  p.done = {{}};
+  p.partial = {{{1, 10}}};
+  bad = ChunkPool::Resume(2, p, 7);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("10 rows trained"), std::string::npos)
+      << bad.status().message();
+  p.partial = {{}, {}};
+  EXPECT_FALSE(ChunkPool::Resume(2, p, 7).ok()) << "two epochs of progress";
+}
+
 TEST(ChunkPool, RankOutOfRangeIsInvalidArgument) {
   ChunkPool pool = Make(2, 20, 10, 1);
   for (int rank : {-1, 2}) {

@@ -166,6 +166,16 @@ TEST(ClassifyWorkers, EvictedWorkerIsDeadThoughConnected) {
   EXPECT_EQ(states[1], WorkerState::kDead);
 }
 
+TEST(ClassifyWorkers, WorkerThatLeftIsLeftDoneOrNotNeverDead) {
+  ShardStats::Worker quit = Disconnected(0), done = Disconnected(1);
+  quit.left = done.left = true;
+  done.done = true;
+  auto states = ClassifyWorkers({quit, done}, {true, false});
+  EXPECT_EQ(states[0], WorkerState::kLeft);
+  EXPECT_EQ(states[1], WorkerState::kLeft);
+  EXPECT_STREQ(WorkerStateName(WorkerState::kLeft), "left");
+}
+
 TEST(ClassifyWorkers, OneSampleNeverMakesAStraggler) {
   // Far behind, never waiting, slow: straggling still takes a window of
   // samples (StragglerWatch), which one sample is not.
@@ -1194,13 +1204,29 @@ TEST(Monitor, EveryDocumentHasDocumentedKeys) {
   Busy(monitor, t0);
   const TimePoint now = At(t0, 2);
 
-  ExpectKeys(
-      Doc(monitor, "status", now),
-      {"state", "uptime_s", "started_unix_ms", "shards", "shards_reporting",
-       "workers", "workers_live", "staleness", "min_clock", "max_clock",
-       "samples", "samples_per_s", "loss", "test_accuracy", "pushes", "pulls",
-       "rejected_pushes", "staleness_histogram", "dashboard_clients"},
-      "status");
+  ExpectKeys(Doc(monitor, "status", now),
+             {"state",
+              "uptime_s",
+              "started_unix_ms",
+              "shards",
+              "shards_reporting",
+              "workers",
+              "workers_max",
+              "workers_joined",
+              "workers_live",
+              "staleness",
+              "min_clock",
+              "max_clock",
+              "samples",
+              "samples_per_s",
+              "loss",
+              "test_accuracy",
+              "pushes",
+              "pulls",
+              "rejected_pushes",
+              "staleness_histogram",
+              "dashboard_clients"},
+             "status");
 
   json::value workers = Doc(monitor, "workers", now);
   ASSERT_EQ(workers.as_array().size(), 4u);
@@ -1431,6 +1457,272 @@ TEST(Monitor, ConfigShowsSettingsAsTyped) {
                 .rfind(ReproduceCommand(s) + " &\n", 0),
             0u)
       << config.at("command");
+}
+
+// ---------------------------------------------------------------------------
+// Workers come and go: ranks beyond --workers, leaving for good
+
+// A worker that left the run for good: its rank is free.
+ShardStats::Worker Left(ShardStats::Worker w) {
+  w.left = true;
+  w.connected = false;
+  return w;
+}
+
+// Ticks `monitor` on shard 0's `workers` at `t` seconds after `t0`.
+void Sample(Monitor& monitor, TimePoint t0, double t,
+            std::vector<ShardStats::Worker> workers) {
+  monitor.OnShardStats(ShardZero(std::move(workers)), At(t0, t));
+  monitor.Tick(At(t0, t));
+}
+
+TEST(Monitor, RankBeyondWorkersShowsWithStateCommandAndSeries) {
+  RunSettings settings = Settings(1, 2);
+  settings.max_workers = 8;
+  Monitor monitor(settings);
+  const TimePoint t0 = Monitor::Now();
+  Sample(monitor, t0, 0, {Running(0), Running(1)});
+  // Ranks 2 and 3 joined after the start; rank 3 says its command first.
+  monitor.OnWorkerCommand(3, "tether-worker --rank 3");
+  ShardStats::Worker late = Running(3, 0, 40);
+  late.host = "box9";
+  late.clock = 7;
+  late.samples = 99;
+  Sample(monitor, t0, 1, {Running(0), Running(1), Running(2), late});
+
+  json::array workers = Doc(monitor, "workers", At(t0, 1)).as_array();
+  ASSERT_EQ(workers.size(), 4u);
+  EXPECT_EQ(workers.at(3).at("rank"), 3);
+  EXPECT_EQ(workers.at(3).at("state"), "running");
+  EXPECT_EQ(workers.at(3).at("host"), "box9");
+  EXPECT_EQ(workers.at(0).at("lag"), 7);  // behind rank 3, the fastest
+  EXPECT_EQ(
+      EventsWith(AllEvents(monitor, At(t0, 1)), {"worker 3 (box9) joined"})
+          .size(),
+      1u);
+
+  json::value config = Doc(monitor, "config", At(t0, 1));
+  const json::array& commands = config.at("commands").as_array();
+  ASSERT_EQ(commands.size(), 5u);  // shard 0, workers 0 to 3
+  EXPECT_EQ(commands.at(3).at("process"), "worker 2");
+  EXPECT_TRUE(commands.at(3).at("command").is_null());
+  EXPECT_EQ(commands.at(4).at("process"), "worker 3");
+  EXPECT_EQ(commands.at(4).at("command"), "tether-worker --rank 3");
+
+  json::value status = Doc(monitor, "status", At(t0, 1));
+  EXPECT_EQ(status.at("state"), "running");
+  EXPECT_EQ(status.at("workers"), 2);
+  EXPECT_EQ(status.at("workers_max"), 8);
+  EXPECT_EQ(status.at("workers_joined"), 4);
+  EXPECT_EQ(status.at("workers_live"), 4);
+
+  const std::string metrics = monitor.Metrics(At(t0, 1));
+  EXPECT_EQ(CheckExposition(metrics), "") << metrics;
+  EXPECT_EQ(SampleValue(metrics, "tether_workers_joined"), 4);
+  EXPECT_EQ(SampleValue(metrics, "tether_workers", {{"state", "running"}}), 4);
+  EXPECT_EQ(SampleValue(metrics, "tether_worker_clock", {{"rank", "3"}}), 7);
+  EXPECT_EQ(
+      SampleValue(metrics, "tether_worker_samples_total", {{"rank", "3"}}), 99);
+  EXPECT_EQ(SampleValue(metrics, "tether_worker_lag", {{"rank", "3"}}), 0);
+}
+
+TEST(Monitor, UpdateCarriesTheConfigWhenRanksGrow) {
+  Monitor monitor(Settings(1, 1));
+  const TimePoint t0 = Monitor::Now();
+  Sample(monitor, t0, 0, {Running(0)});
+  EXPECT_FALSE(Parse(monitor.Tick(At(t0, 0.5))).as_object().contains("config"));
+  monitor.OnShardStats(ShardZero({Running(0), Running(1)}), At(t0, 1));
+  json::value update = Parse(monitor.Tick(At(t0, 1)));
+  ASSERT_TRUE(update.as_object().contains("config")) << update;
+  EXPECT_EQ(update.at("config").at("commands").as_array().size(), 3u);
+  EXPECT_EQ(update.at("workers").as_array().size(), 2u);
+  EXPECT_FALSE(Parse(monitor.Tick(At(t0, 2))).as_object().contains("config"));
+}
+
+TEST(Monitor, WorkerCommandOfAnyRankBelowTheMostIsKept) {
+  Monitor monitor(Settings(1, 2));
+  monitor.OnWorkerCommand(kMaxRanks - 1, "tether-worker --rank 4095");
+  monitor.OnWorkerCommand(kMaxRanks, "too far");
+  monitor.OnWorkerCommand(-1, "negative");
+  const json::array commands =
+      Doc(monitor, "config", Monitor::Now()).at("commands").as_array();
+  ASSERT_EQ(commands.size(), 1u + kMaxRanks);
+  EXPECT_EQ(std::string(commands.back().at("process").as_string()),
+            "worker " + std::to_string(kMaxRanks - 1));
+  EXPECT_EQ(commands.back().at("command"), "tether-worker --rank 4095");
+  const std::string text = *monitor.Document("config", Monitor::Now());
+  EXPECT_EQ(text.find("too far"), std::string::npos);
+  EXPECT_EQ(text.find("negative"), std::string::npos);
+}
+
+TEST(Monitor, WorkerThatLeavesIsLeftWithOneEventAndNoLag) {
+  Monitor monitor(Settings(1, 2));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats::Worker w0 = Running(0), w1 = Running(1);
+  w0.clock = 20;
+  w1.clock = 10;
+  w1.host = "box2";
+  Sample(monitor, t0, 0, {w0, w1});
+  for (double t : {1.0, 2.0, 3.0}) Sample(monitor, t0, t, {w0, Left(w1)});
+
+  json::array workers = Doc(monitor, "workers", At(t0, 3)).as_array();
+  ASSERT_EQ(workers.size(), 2u);
+  EXPECT_EQ(workers.at(1).at("state"), "left");
+  EXPECT_EQ(workers.at(1).at("lag"), 0);
+  const json::array events = AllEvents(monitor, At(t0, 3));
+  auto left = EventsWith(events, {"worker 1 (box2) left the run"});
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].at("level"), "info");
+  EXPECT_TRUE(EventsWith(events, {"dead"}).empty());
+
+  json::value status = Doc(monitor, "status", At(t0, 3));
+  EXPECT_EQ(status.at("state"), "running");
+  EXPECT_EQ(status.at("workers_joined"), 1);
+  EXPECT_EQ(status.at("workers_live"), 1);
+  const std::string metrics = monitor.Metrics(At(t0, 3));
+  EXPECT_EQ(CheckExposition(metrics), "") << metrics;
+  EXPECT_EQ(SampleValue(metrics, "tether_workers", {{"state", "left"}}), 1);
+  EXPECT_EQ(SampleValue(metrics, "tether_workers", {{"state", "dead"}}), 0);
+  EXPECT_EQ(SampleValue(metrics, "tether_workers_joined"), 1);
+  EXPECT_EQ(SampleValue(metrics, "tether_worker_evictions_total"), 0);
+}
+
+TEST(Monitor, WorkerThatFinishesThenLeavesSaysEachOnce) {
+  Monitor monitor(Settings(1, 2));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats::Worker w0 = Running(0), w1 = Running(1);
+  Sample(monitor, t0, 0, {w0, w1});
+  w1.done = true;
+  Sample(monitor, t0, 1, {w0, w1});
+  EXPECT_EQ(StateOf(monitor, 1, At(t0, 1)), "finished");
+  Sample(monitor, t0, 2, {w0, Left(w1)});
+  Sample(monitor, t0, 3, {w0, Left(w1)});
+  EXPECT_EQ(StateOf(monitor, 1, At(t0, 3)), "left");
+  const json::array events = AllEvents(monitor, At(t0, 3));
+  EXPECT_EQ(EventsWith(events, {"worker 1 finished"}).size(), 1u);
+  EXPECT_EQ(EventsWith(events, {"worker 1 left the run"}).size(), 1u);
+  EXPECT_EQ(EventsWith(events, {"worker 1 joined"}).size(), 1u);
+
+  // Done and gone between two samples: it still finished first.
+  ShardStats::Worker done = w0;
+  done.done = true;
+  Sample(monitor, t0, 4, {Left(done), Left(w1)});
+  std::vector<std::string> worker0;
+  for (const json::value& e : AllEvents(monitor, At(t0, 4))) {
+    const std::string text(e.at("text").as_string());
+    if (text.starts_with("worker 0 ")) worker0.push_back(text);
+  }
+  EXPECT_EQ(worker0,
+            (std::vector<std::string>{"worker 0 joined", "worker 0 finished",
+                                      "worker 0 left the run"}));
+  EXPECT_EQ(StateOf(monitor, 0, At(t0, 4)), "left");
+}
+
+TEST(Monitor, NewWorkerOnAFreedRankJoinsAndRuns) {
+  Monitor monitor(Settings(1, 2));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats::Worker w1 = Running(1);
+  w1.host = "box2";
+  w1.clock = 30;
+  Sample(monitor, t0, 0, {Running(0), w1});
+  Sample(monitor, t0, 1, {Running(0), Left(w1)});
+  ASSERT_EQ(StateOf(monitor, 1, At(t0, 1)), "left");
+  // Another worker takes rank 1.
+  ShardStats::Worker next = Running(1);
+  next.host = "box4";
+  Sample(monitor, t0, 2, {Running(0), next});
+
+  EXPECT_EQ(StateOf(monitor, 1, At(t0, 2)), "running");
+  const json::array events = AllEvents(monitor, At(t0, 2));
+  EXPECT_EQ(EventsWith(events, {"worker 1 (box4) joined"}).size(), 1u);
+  EXPECT_TRUE(EventsWith(events, {"rejoined"}).empty());
+  EXPECT_EQ(EventsWith(events, {"left the run"}).size(), 1u);
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 2)).at("workers_joined"), 2);
+
+  // When it leaves too, that is a second spell: one more event.
+  Sample(monitor, t0, 3, {Running(0), Left(next)});
+  EXPECT_EQ(EventsWith(AllEvents(monitor, At(t0, 3)), {"left the run"}).size(),
+            2u);
+}
+
+TEST(Monitor, RunFinishesWhenTheOthersFinishWhileOneLeft) {
+  Monitor monitor(Settings(1, 3));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats::Worker a = Running(0), b = Running(1), c = Running(2);
+  Sample(monitor, t0, 0, {a, b, c});
+  Sample(monitor, t0, 1, {a, b, Left(c)});
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 1)).at("state"), "running");
+  a.done = true;
+  Sample(monitor, t0, 2, {a, b, Left(c)});
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 2)).at("state"), "running");
+  b.done = true;
+  Sample(monitor, t0, 3, {a, b, Left(c)});
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 3)).at("state"), "finished");
+  // Finished workers that then leave keep the run finished.
+  Sample(monitor, t0, 4, {Left(a), Left(b), Left(c)});
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 4)).at("state"), "finished");
+}
+
+TEST(Monitor, RunIsNotFinishedWhileAWorkerIsDeadOrOnlyLeftWithoutFinishing) {
+  Monitor monitor(Settings(1, 2));
+  const TimePoint t0 = Monitor::Now();
+  ShardStats::Worker a = Running(0), b = Running(1);
+  Sample(monitor, t0, 0, {a, b});
+  // Everyone left without finishing (stopped by SIGTERM): not finished.
+  Sample(monitor, t0, 1, {Left(a), Left(b)});
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 1)).at("state"), "running");
+
+  Monitor other(Settings(1, 2));
+  Sample(other, t0, 0, {a, b});
+  a.done = true;
+  // Rank 1 died: it may come back and go on training.
+  Sample(other, t0, 1, {a, Disconnected(1)});
+  EXPECT_EQ(StateOf(other, 1, At(t0, 1)), "dead");
+  EXPECT_EQ(Doc(other, "status", At(t0, 1)).at("state"), "running");
+}
+
+TEST(Monitor, RunWaitsUntilWorkersJoinedOnceNotUntilEveryRankIsHeld) {
+  Monitor monitor(Settings(1, 2));
+  const TimePoint t0 = Monitor::Now();
+  Sample(monitor, t0, 0, {Running(0)});
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 0)).at("state"), "waiting");
+  Sample(monitor, t0, 1, {Running(0), Running(1)});
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 1)).at("state"), "running");
+  // A rank left and nobody took it again: the run goes on.
+  Sample(monitor, t0, 2, {Running(0), Left(Running(1))});
+  EXPECT_EQ(Doc(monitor, "status", At(t0, 2)).at("state"), "running");
+}
+
+TEST(Monitor, LeftOrNeverJoinedLaterRanksDoNotHoldStragglingBack) {
+  Monitor monitor(Settings(1, 3));
+  const TimePoint t0 = Monitor::Now();
+  // Rank 2 held back the others, then left; rank 1 holds them back now.
+  // Rank 3 was listed but never connected (a later rank given by --rank
+  // took 4): not a member until it joins.
+  for (double t = 0; t <= 4 + 1e-9; t += 0.25) {
+    ShardStats::Worker a = Running(0), b = Running(1), c = Running(2),
+                       d = Disconnected(3), e = Running(4);
+    a.staleness = b.staleness = e.staleness = 2;
+    a.clock = e.clock = 100 + static_cast<int64_t>(4 * t);
+    b.clock = a.clock - 3;
+    monitor.OnShardStats(ShardZero({a, b, Left(c), d, e}), At(t0, t));
+    monitor.Tick(At(t0, t));
+  }
+  json::array workers = Doc(monitor, "workers", At(t0, 4)).as_array();
+  ASSERT_EQ(workers.size(), 5u);
+  EXPECT_EQ(workers.at(1).at("state"), "straggling");
+  EXPECT_EQ(workers.at(2).at("state"), "left");
+  EXPECT_EQ(workers.at(3).at("state"), "joining");
+  EXPECT_EQ(workers.at(4).at("state"), "running");
+}
+
+TEST(StragglerWatch, GrowsToTheWorkersASampleLists) {
+  StragglerWatch watch(1);
+  auto v =
+      SampleEvery250ms(watch, 0, 4, {Clocked(20), Clocked(20), Clocked(17)});
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_TRUE(v[2].straggling);
+  EXPECT_EQ(v[2].behind, 3);
 }
 
 // ---------------------------------------------------------------------------

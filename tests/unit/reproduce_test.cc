@@ -115,8 +115,9 @@ TEST(Monitor, ConfigListsEveryProcessAndItsCommand) {
   monitor.OnShardCommand(1, "tether-server --shard-id 1");
   monitor.OnWorkerCommand(0, "tether-worker --rank 0");
   monitor.OnWorkerCommand(2, "tether-worker --rank 2 --slowdown 3");
-  monitor.OnWorkerCommand(3, "out of range");  // ignored
-  monitor.OnShardCommand(-1, "out of range");  // ignored
+  // Ranks may go beyond --workers, but not past the most a run can have.
+  monitor.OnWorkerCommand(kMaxRanks, "out of range");  // ignored
+  monitor.OnShardCommand(-1, "out of range");          // ignored
   json::value config = Config(monitor);
   const json::array& commands = config.at("commands").as_array();
   ASSERT_EQ(commands.size(), 5u) << config;

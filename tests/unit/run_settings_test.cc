@@ -36,6 +36,8 @@ T Unusual(const SettingField& field, const T& def) {
                                        : OptimizerKind::kAdam;
   } else if constexpr (std::is_floating_point_v<T>) {
     return def * 0.7f;
+  } else if (field.member == "max_workers") {
+    return static_cast<T>(def + 8);  // at least --workers (4 here)
   } else {
     return static_cast<T>(def + 3);
   }
@@ -151,6 +153,7 @@ TEST(RunSettings, AWireFormLackingAFieldIsRefusedNamingIt) {
   b.add_run_id(run_id);
   b.add_num_shards(2);
   b.add_num_workers(2);
+  b.add_max_workers(8);
   b.add_seed(0);  // the default: left out
   fbb.Finish(b.Finish());
   Result<RunSettings> back = ReadRunConfig(
@@ -272,9 +275,25 @@ TEST(RunSettings, EveryIdentityFieldIsAMismatchAndEveryFlagResumes) {
         std::vector<std::string> said;
         auto s = ResumedSettings(round, now, {flag}, &said);
         const std::string mismatch = SettingsMismatch(round, now);
-        if (field.Has(kIdentity)) {
+        if (field.Has(kIdentity) && !ResumeMayChange(flag)) {
           EXPECT_FALSE(s.ok()) << flag;
           EXPECT_EQ(mismatch.rfind("--" + flag + " ", 0), 0u) << mismatch;
+        } else if (field.Has(kIdentity)) {
+          // --shards and --workers: a resume may change them, said in the
+          // log; a slice must still have been written by as many shards as
+          // serve it (a resharded round is merged first).
+          EXPECT_EQ(mismatch.empty(), flag == "workers") << mismatch;
+          if (flag == "workers") {
+            // 1 worker (the default) is not more than the round's 3 backup
+            // workers.
+            ASSERT_FALSE(s.ok());
+            EXPECT_NE(s.status().message().find("--backup-workers"),
+                      std::string::npos);
+            return;
+          }
+          ASSERT_TRUE(s.ok()) << s.status().ToString();
+          ASSERT_EQ(said.size(), 1u) << flag;
+          EXPECT_EQ(said[0].rfind("--" + flag + " ", 0), 0u) << said[0];
         } else {
           ASSERT_TRUE(s.ok()) << s.status().ToString();
           ExpectSame(
@@ -330,11 +349,12 @@ TEST(ResumedSettings, AGivenIdentityFlagThatDiffersIsRefusedNamingIt) {
       << s.status().message();
 
   now = Round();
-  now.num_workers = 3;
-  s = ResumedSettings(Round(), now, {"workers"}, nullptr);
+  now.block_size = 512;
+  s = ResumedSettings(Round(), now, {"block-size"}, nullptr);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("--workers 4 in the round, 3 now"),
-            std::string::npos)
+  EXPECT_NE(
+      s.status().message().find("--block-size 4096 in the round, 512 now"),
+      std::string::npos)
       << s.status().message();
 
   // The same value given again is fine; a differing value not given is the
@@ -344,6 +364,27 @@ TEST(ResumedSettings, AGivenIdentityFlagThatDiffersIsRefusedNamingIt) {
   EXPECT_TRUE(
       ResumedSettings(Round(), Round(), {"seed", "workers"}, nullptr).ok());
   EXPECT_TRUE(ResumedSettings(Round(), now, {"workers"}, nullptr).ok());
+}
+
+TEST(ResumedSettings, TheShardAndWorkerCountsMayChangeAndAreSaid) {
+  RunSettings now = Round();
+  now.num_shards = 3;
+  now.num_workers = 2;
+  std::vector<std::string> said;
+  auto s = ResumedSettings(Round(), now, {"shards", "workers"}, &said);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->num_shards, 3);
+  EXPECT_EQ(s->num_workers, 2);
+  EXPECT_EQ(s->seed, 21u);  // the rest from the round
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_EQ(said[0], "--shards 3 now (2 in the round)");
+  EXPECT_EQ(said[1], "--workers 2 now (4 in the round)");
+  // No workers needed at the start: an observer may take a round at once.
+  now.num_workers = 0;
+  now.backup_workers = 0;
+  EXPECT_TRUE(
+      ResumedSettings(Round(), now, {"workers", "backup-workers"}, nullptr)
+          .ok());
 }
 
 TEST(ResumedSettings, AGivenTunableFlagOverridesTheRoundAndIsSaid) {

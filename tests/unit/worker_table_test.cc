@@ -23,7 +23,7 @@ std::vector<int> Ranks(const std::vector<WorkerTable::Evicted>& evicted) {
 
 TEST(WorkerTable, StartsWithNobodyConnectedJoinedOrEvicted) {
   WorkerTable table(3);
-  EXPECT_EQ(table.num_workers(), 3);
+  EXPECT_EQ(table.capacity(), 3);
   EXPECT_EQ(table.connected_count(), 0);
   EXPECT_FALSE(table.any_evicted());
   EXPECT_EQ(table.evictions(), 0u);

@@ -683,13 +683,45 @@ PYBIND11_MODULE(_tether, m) {
                c.ReportAsync(p, std::move(cb));
              });
            })
-      .def("next_chunk",
-           [](PyClient& self, uint64_t rows, uint32_t chunk_rows, int epochs) {
-             auto chunk = Value(self.Released([&](Client& c) {
-               return c.NextChunk(rows, chunk_rows, epochs);
-             }));
-             return py::make_tuple(chunk.epoch, chunk.index, chunk.first,
-                                   chunk.count, chunk.finished);
+      .def(
+          "next_chunk",
+          [](PyClient& self, uint64_t rows, uint32_t chunk_rows, int epochs,
+             uint32_t batch) {
+            auto chunk = Value(self.Released([&](Client& c) {
+              return c.NextChunk(rows, chunk_rows, epochs, batch);
+            }));
+            return py::make_tuple(chunk.epoch, chunk.index, chunk.first,
+                                  chunk.count, chunk.finished);
+          },
+          py::arg("rows"), py::arg("chunk_rows"), py::arg("epochs"),
+          py::arg("batch") = 0)
+      .def("share",
+           [](PyClient& self, int epoch, uint32_t batch) {
+             auto share = Value(self.Released(
+                 [&](Client& c) { return c.Share(epoch, batch); }));
+             return py::make_tuple(share.decided, share.index, share.members,
+                                   share.start_clock);
+           })
+      .def("take_leftover",
+           [](PyClient& self, int epoch) {
+             auto part = Value(self.Released(
+                 [&](Client& c) { return c.TakeLeftover(epoch); }));
+             return py::make_tuple(part.epoch, part.index, part.members,
+                                   part.first_row);
+           })
+      .def("set_share_position",
+           [](PyClient& self, int epoch, int index, int members,
+              uint64_t first_row) {
+             self.c().SetSharePosition({epoch, index, members, first_row});
+           })
+      .def("leave",
+           [](PyClient& self, const std::string& reason, bool finished) {
+             Check(self.Released(
+                 [&](Client& c) { return c.Leave(reason, finished); }));
+           })
+      .def("request_stop",
+           [](PyClient& self, const std::string& reason) {
+             self.c().RequestStop(reason);
            })
       .def("stats",
            [](PyClient& self) {

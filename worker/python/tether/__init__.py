@@ -32,7 +32,7 @@ from .errors import (AuthFailedError, CancelledError, Error,  # noqa: F401
                      NotReadyError, ShapeMismatchError, StalePushError,
                      TimeoutError, UnavailableError)
 
-__all__ = ["Client", "Chunk", "Error", "AuthFailedError", "CancelledError",
+__all__ = ["Client", "Chunk", "Share", "Error", "AuthFailedError", "CancelledError",
            "InvalidArgumentError", "NonFiniteError", "NotFoundError",
            "NotReadyError", "ShapeMismatchError", "StalePushError",
            "TimeoutError", "UnavailableError", "worker_share",
@@ -47,6 +47,14 @@ load_idx = _tether.load_idx
 # [first, first + count) of the epoch's order (worker_share(rows, 0, 1, seed,
 # epoch)). count 0: none now; `finished` says whether every chunk is done.
 Chunk = collections.namedtuple("Chunk", "epoch index first count finished")
+# A worker's fixed share of an epoch (Client.share): member `index` of
+# `members` trains rows i with i % members == index; index -1 sits the epoch
+# out; decided False: not fixed yet, ask again.
+Share = collections.namedtuple("Share", "decided index members start_clock")
+# The rest of a share a member left untrained (Client.take_leftover): rows
+# from `first_row` on of worker_share(rows, index, members, seed, epoch);
+# epoch -1: none.
+SharePart = collections.namedtuple("SharePart", "epoch index members first_row")
 
 _INIT_KINDS = ("zeros", "uniform", "normal", "constant", "provided")
 
@@ -301,11 +309,47 @@ class Client:
                        host if host is not None else socket.gethostname(),
                        float(wait_fraction), bool(done))
 
-    def next_chunk(self, rows, chunk_rows, epochs):
+    def next_chunk(self, rows, chunk_rows, epochs, batch=0):
         """The next chunk of the training set for this worker (the one it
-        had is done), as a Chunk."""
+        had is done), as a Chunk. `batch`: rows trained per clock, so that
+        a checkpoint round records how much of the chunk it holds (a
+        resumed run then trains only the rest); 0 if not known."""
         return Chunk(*self._c.next_chunk(int(rows), int(chunk_rows),
-                                         int(epochs)))
+                                         int(epochs), int(batch)))
+
+    def share(self, epoch, batch=0):
+        """This worker's fixed share of `epoch`, as a Share. The epoch's
+        members are fixed by shard 0 when it starts, so workers may join
+        and leave between epochs. batch: the rows it trains a clock, so
+        that a run resumed without it hands its share on from where it
+        stands; 0 if not known."""
+        return Share(*self._c.share(int(epoch), int(batch)))
+
+    def take_leftover(self, epoch):
+        """A part of a share that a member which left the run did not
+        train, of `epoch` or earlier, for this worker to train (a
+        SharePart; epoch -1 when there is none now)."""
+        return SharePart(*self._c.take_leftover(int(epoch)))
+
+    def set_share_position(self, epoch=-1, index=-1, members=0, first_row=0):
+        """Where this worker is in a fixed share: rows from `first_row` on
+        of member `index` of `members`' share of `epoch` are not trained
+        yet. leave() hands them to another member; epoch -1: none."""
+        self._c.set_share_position(int(epoch), int(index), int(members),
+                                   int(first_row))
+
+    def leave(self, reason="finished", finished=True):
+        """Leaves the run for good: shard 0 stops counting this worker at
+        once and frees its rank. Call it once training is over, before
+        close(); a worker that only disconnects counts as lost. finished:
+        the data chunk it holds, if any, is done (else it is handed out
+        again)."""
+        self._c.leave(str(reason), bool(finished))
+
+    def request_stop(self, reason):
+        """Asks the training loop to end after its current step (from a
+        signal handler, say): stop_requested becomes True."""
+        self._c.request_stop(str(reason))
 
     def stats(self):
         """Every shard's counters (a list of dicts, by shard id)."""

@@ -186,10 +186,10 @@ class Trainer:
         self.step_s = self.torch_s = self.wire_s = 0.0  # --profile
 
     # --- robustness (worker/training_loop.h's, in Python) ----------------
-    def surviving_lost_shards(self, step):
+    def surviving_lost_shards(self, step, finish=False):
         c = self.client
         while True:
-            if c.stop_requested:
+            if c.stop_requested and not finish:
                 raise Stopped(c.stop_reason)
             lost_before = c.shard_losses
             try:
@@ -221,18 +221,56 @@ class Trainer:
         if self.a.profile:
             self.print_profile()
 
+    def idle(self):
+        """Nothing to train now: keep the clock moving, holding no one
+        back."""
+        self.client.clock()
+        time.sleep(0.1)
+
     def train_share(self, rows):
+        # Shard 0 fixes each epoch's members when it starts; a worker that
+        # comes back skips what its clock covers since it began the epoch.
         c = self.client
-        start_clock, clock = c.clocks, 0
         for epoch in range(self.a.epochs):
-            order = tether.worker_share(rows, c.rank, c.num_workers, c.seed,
-                                        epoch)
-            for first in range(0, len(order), self.a.batch):
-                clock += 1
-                if clock <= start_clock:
-                    continue  # a resumed run: covered by the round
+            while True:
+                if c.stop_requested:
+                    raise Stopped(c.stop_reason)
+                share = self.surviving_lost_shards(
+                    lambda: c.share(epoch, self.a.batch))
+                if share.decided:
+                    break
+                self.surviving_lost_shards(self.idle)
+            if share.index >= 0:  # else joined mid-epoch: sits it out
+                order = tether.worker_share(rows, share.index, share.members,
+                                            c.seed, epoch)
+                skip = max(0, c.clocks - share.start_clock)
+                for first in range(0, len(order), self.a.batch):
+                    if skip > 0:
+                        skip -= 1
+                        continue  # covered by its clock (a resumed run)
+                    c.set_share_position(epoch, share.index, share.members,
+                                         first)
+                    batch = order[first:first + self.a.batch]
+                    self.surviving_lost_shards(lambda: self.step(batch, epoch))
+                c.set_share_position()
+            self.train_leftovers(rows, epoch)
+
+    def train_leftovers(self, rows, epoch):
+        # What members that left during this epoch (or before) did not train.
+        c = self.client
+        while True:
+            part = self.surviving_lost_shards(lambda: c.take_leftover(epoch))
+            if part.epoch < 0:
+                return
+            order = tether.worker_share(rows, part.index, part.members,
+                                        c.seed, part.epoch)
+            for first in range(part.first_row, len(order), self.a.batch):
+                c.set_share_position(part.epoch, part.index, part.members,
+                                     first)
                 batch = order[first:first + self.a.batch]
-                self.surviving_lost_shards(lambda: self.step(batch, epoch))
+                self.surviving_lost_shards(
+                    lambda: self.step(batch, part.epoch))
+            c.set_share_position()
 
     def train_chunks(self, rows):
         c = self.client
@@ -240,12 +278,12 @@ class Trainer:
         while True:
             if c.stop_requested:
                 raise Stopped(c.stop_reason)
-            chunk = c.next_chunk(rows, self.a.chunk_rows, self.a.epochs)
+            chunk = c.next_chunk(rows, self.a.chunk_rows, self.a.epochs,
+                                 self.a.batch)
             if chunk.count == 0:
                 if chunk.finished:
                     return
-                c.clock()
-                time.sleep(0.1)
+                self.surviving_lost_shards(self.idle)
                 continue
             if chunk.epoch != order_epoch:
                 order = tether.worker_share(rows, 0, 1, c.seed, chunk.epoch)
@@ -253,8 +291,10 @@ class Trainer:
             part = order[chunk.first:chunk.first + chunk.count]
             for first in range(0, len(part), self.a.batch):
                 batch = part[first:first + self.a.batch]
+                # The chunk in hand is finished even when stopping, so
+                # that every row is trained once.
                 self.surviving_lost_shards(
-                    lambda: self.step(batch, chunk.epoch))
+                    lambda: self.step(batch, chunk.epoch), finish=True)
 
     # --- one step ----------------------------------------------------------
     def step(self, batch, epoch):
@@ -435,7 +475,27 @@ def main(argv=None):
         if not a.quiet:
             print(f"worker {client.rank}: {a.model} computes on {device}",
                   flush=True)
-        Trainer(a, client, model, train, test, shape, device).train()
+        # SIGTERM or SIGINT: leave the run after the current step.
+        def leave_on_signal(sig, frame):
+            client.request_stop(f"{signal.Signals(sig).name}: leaving the run")
+            signal.signal(sig, signal.SIG_DFL)  # a second one ends it
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, leave_on_signal)
+        finished = False
+        try:
+            Trainer(a, client, model, train, test, shape, device).train()
+            reason = (client.stop_reason if client.stop_requested
+                      else "finished its epochs")
+            finished = True
+        except BaseException as e:
+            reason = f"failed: {e}"
+            raise
+        finally:
+            try:
+                client.leave(reason, finished)
+            except tether.Error as e:
+                print(f"worker {client.rank}: could not tell shard 0 it "
+                      f"leaves: {e}", file=sys.stderr, flush=True)
     return 0
 
 
