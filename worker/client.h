@@ -269,7 +269,8 @@ class Client {
 
   // After a request failed with kUnavailable: waits until every lost shard
   // is reconnected -- dialled, greeted and its tensors defined again -- (Ok),
-  // or one is given up or `timeout_ms` passes (the error names the shard).
+  // or one is given up or `timeout_ms` passes (the error names the shard),
+  // or the run is stopped (RequestStop, POST /api/stop: kCancelled).
   // Until then, requests that need that shard fail at once with
   // kUnavailable.
   Status AwaitShards(int timeout_ms);

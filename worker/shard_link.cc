@@ -802,6 +802,12 @@ Status ShardLinks::AwaitShards(int timeout_ms) {
       if (link->closed || link->reconnecting) down = link->Describe();
     }
     if (down.empty()) return Status::Ok();
+    // A stopped run (SIGTERM, the dashboard) does not wait for a shard
+    // that may never come back.
+    if (stop_requested()) {
+      return Status(Code::kCancelled,
+                    stop_reason() + " (while waiting for " + down + ")");
+    }
     if (std::chrono::steady_clock::now() >= end) {
       return Unavailable(down + " did not come back in " +
                          std::to_string(timeout_ms / 1000) + " s");

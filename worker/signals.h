@@ -2,7 +2,7 @@
 // its current step, as a stopped run does, so the worker leaves the run
 // (Client::Leave: shard 0 stops counting it at once) and exits 0. A second
 // one, or one that comes while no client is connected, ends the process at
-// once (exit 128 + the signal).
+// once, killed by that signal (a shell's status 128 + the signal).
 #pragma once
 
 #include "worker/client.h"

@@ -10,6 +10,7 @@
 
 #include "tests/support/cluster.h"
 #include "tests/support/worker_pool.h"
+#include "tools/http_client.h"
 
 namespace tether::testing {
 namespace {
@@ -109,14 +110,36 @@ class Elastic : public ::testing::Test {
     // The last joiner leaves for good: shard 0 hears it at once.
     w[3]->Signal(SIGTERM);
     ASSERT_NO_FATAL_FAILURE(ExpectExitsZero(*w[3]));
-    ASSERT_TRUE(Eventually([&] { return WorkerStats(3).left; }, 5000));
+    // Which free rank it had (2 or 3: the joiners race for them) its last
+    // line says: "worker R: epoch ...".
+    const std::string last = w[3]->Log();
+    const size_t at = last.rfind("worker ");
+    ASSERT_NE(at, std::string::npos) << last;
+    const int gone = std::atoi(last.c_str() + at + 7);
+    ASSERT_TRUE(gone == 2 || gone == 3) << last;
+    ASSERT_TRUE(Eventually([&] { return WorkerStats(gone).left; }, 5000));
     for (int r = 0; r < 3; ++r) ASSERT_NO_FATAL_FAILURE(ExpectExitsZero(*w[r]));
     for (int r = 0; r < 3; ++r) {
       EXPECT_GT(FinalAccuracy(*w[r]), 80) << "worker " << r;
     }
-    auto log = cluster_->shard(0).Log();
-    EXPECT_NE(log.find("joined"), std::string::npos) << Tail(log, 20);
-    EXPECT_NE(log.find("left"), std::string::npos) << Tail(log, 20);
+    // The dashboard's events say who joined and who left.
+    auto events = HttpFetch(cluster_->dashboard(), "GET", "/api/events");
+    ASSERT_TRUE(events.ok()) << events.status().ToString();
+    // Each as "worker R (HOST) joined": the host is this machine's name.
+    const std::string& body = events->body;
+    for (const auto& [who, what] :
+         std::vector<std::pair<std::string, std::string>>{
+             {"worker 2", " joined"},
+             {"worker 3", " joined"},
+             {"worker " + std::to_string(gone), " left the run"}}) {
+      bool found = false;
+      for (size_t at = body.find(who + " "); at != std::string::npos && !found;
+           at = body.find(who + " ", at + 1)) {
+        const size_t end = body.find('"', at);
+        found = body.substr(at, end - at).find(what) != std::string::npos;
+      }
+      EXPECT_TRUE(found) << who << what << " is not among the events: " << body;
+    }
   }
 
   TempDir dir_;

@@ -360,7 +360,9 @@ class Client:
         return self._c.checkpoint_now()
 
     def await_shards(self, timeout=180.0):
-        """After an UnavailableError: waits until every lost shard is back."""
+        """After an UnavailableError: waits until every lost shard is back
+        (CancelledError once the run was stopped: request_stop, the
+        dashboard)."""
         self._c.await_shards(int(timeout * 1000))
 
 

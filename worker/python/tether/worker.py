@@ -204,7 +204,12 @@ class Trainer:
                         raise  # every shard is connected: not a lost one
                 print(f"worker {c.rank}: {e.message}; the step is repeated "
                       "once the shard is back", file=sys.stderr, flush=True)
-                c.await_shards(180)
+                try:
+                    c.await_shards(180)
+                except tether.CancelledError:
+                    # Stopped while waiting: a shard that is gone does not
+                    # hold a leaving worker up.
+                    raise Stopped(c.stop_reason) from None
 
     def train(self):
         rows = len(self.y)
