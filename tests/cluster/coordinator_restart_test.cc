@@ -45,7 +45,7 @@ class CoordinatorRestart : public ::testing::Test {
     workers_ = StartWorkers(
         cluster_->coordinator(), 4, dir_.path(),
         {"--model", "softmax", "--epochs", "5", "--staleness", "2", "--batch",
-         "100", "--eval-every", "0", "--slowdown", "3"});
+         "100", "--eval-every", "0", "--slowdown", kUnderTsan ? "1" : "3"});
     ASSERT_EQ(workers_.size(), 4u);
   }
   // Every worker exits 0; the mean of their final test accuracies

@@ -148,7 +148,8 @@ class Elastic : public ::testing::Test {
   // the joiners, which take seconds to load the data, come in before the
   // last of the 4 epochs.
   std::vector<std::string> worker_flags_ = {
-      "--epochs", "4", "--model", "mlp", "--hidden", "128", "--slowdown", "5"};
+      "--epochs", "4",   "--model",    "mlp",
+      "--hidden", "128", "--slowdown", kUnderTsan ? "2" : "5"};
 };
 
 TEST_F(Elastic, ChunkedRunGrowsToFourShrinksToThreeAndTrainsEveryRowOnce) {

@@ -21,6 +21,18 @@
 namespace tether::testing {
 
 using tether::Process;
+
+// Built with ThreadSanitizer (the tsan preset): every process runs many
+// times slower, so tests that slow workers down on purpose need not.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool kUnderTsan = true;
+#else
+inline constexpr bool kUnderTsan = false;
+#endif
+#else
+inline constexpr bool kUnderTsan = false;
+#endif
 using tether::Tail;
 
 struct ClusterOptions {
