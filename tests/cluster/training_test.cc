@@ -245,8 +245,7 @@ TEST(Training, LauncherKilledTakesItsProcessesWithIt) {
   // Workers (whose command lines do not name the dir) take a moment to
   // die too, the more so under a sanitizer.
   for (pid_t pid : pids) {
-    EXPECT_TRUE(Eventually([&] { return !Runs(pid); }, 10000))
-        << "pid " << pid;
+    EXPECT_TRUE(Eventually([&] { return !Runs(pid); }, 10000)) << "pid " << pid;
   }
 }
 
