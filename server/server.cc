@@ -8,7 +8,6 @@
 #include <boost/json/serialize.hpp>
 #include <chrono>
 #include <cstdio>
-#include <future>
 #include <optional>
 #include <set>
 
