@@ -78,6 +78,9 @@ struct ShardSnapshot {
   int shard_id = 0;
   int64_t min_clock = 0;               // the clock the round was taken at
   std::vector<int64_t> worker_clocks;  // by rank, on this shard
+  // With --record: the events of the shard's recording before the round
+  // (server/recording.h); 0 otherwise and in rounds written before it.
+  uint64_t record_events = 0;
   RunSettings settings;
   std::vector<TensorSnapshot> tensors;
   std::vector<TableSnapshot> tables;

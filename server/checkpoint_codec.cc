@@ -251,6 +251,7 @@ std::string HeaderToJson(const ShardSnapshot& s) {
                                       {"shard_id", s.shard_id},
                                       {"min_clock", s.min_clock},
                                       {"worker_clocks", std::move(clocks)},
+                                      {"record_events", s.record_events},
                                       {"settings", SettingsToJson(s.settings)},
                                       {"tensors", std::move(tensors)},
                                       {"tables", std::move(tables)}});
@@ -273,6 +274,10 @@ Result<ShardHeader> HeaderFromJson(std::string_view text) {
     boost::system::error_code cec;
     s->worker_clocks.push_back(c.to_number<int64_t>(cec));
     if (cec) f.Fail("has a worker clock that is not an integer");
+  }
+  // Absent in rounds written before recordings existed.
+  if (v.is_object() && v.as_object().contains("record_events")) {
+    s->record_events = f.Number<uint64_t>("record_events");
   }
   s->settings = ReadSettings(f.Value("settings"), &f);
   for (const json::value& tv : f.Array("tensors")) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 
 #include "schema/connection.h"
@@ -56,6 +57,10 @@ void Bind(FlagParser& p, ServerOptions& o) {
               "", [&o](const std::string& text) {
                 return SplitDirs(text, "--reshard-from", &o.reshard_from);
               });
+  p.AddString("replay", &o.replay,
+              "DIR: this shard's data dir in a run made with --record: take "
+              "pushes and pulls in that run's order, so that it ends "
+              "bit-identical (from the round given with --resume, if any)");
   p.AddInt("threads", &o.threads, "I/O threads");
   p.AddString("ready-file", &o.ready_file,
               "once listening (and, on shard 0, serving the dashboard), "
@@ -225,6 +230,19 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
         "--reshard-from: only with --resume (the round it reads is the one "
         "resumed)");
   }
+  if (o.run.record && o.data_dir.empty()) {
+    return InvalidArgument(
+        "--data-dir: required with --record (the recording goes there)");
+  }
+  if (!o.replay.empty() && !o.data_dir.empty()) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(o.replay, o.data_dir, ec)) {
+      return InvalidArgument(
+          "--replay " + o.replay +
+          ": give another --data-dir: a replay must not write over the "
+          "recorded run's checkpoints");
+    }
+  }
   if (!o.reshard_from.empty() && o.data_dir.empty()) {
     return InvalidArgument(
         "--data-dir: required with --reshard-from (the new rounds go there)");
@@ -356,6 +374,8 @@ std::string DescribeServerOptions(const ServerOptions& o) {
   if (o.health != "off") line += ", health " + o.health;
   if (!o.data_dir.empty()) line += ", checkpoints in " + o.data_dir;
   if (!o.resume.empty()) line += ", resuming " + o.resume;
+  if (o.run.record) line += ", recording its order";
+  if (!o.replay.empty()) line += ", replaying " + o.replay;
   if (!o.reshard_from.empty()) {
     line += " (resharding from " + std::to_string(o.reshard_from.size()) +
             " data dir(s) if need be)";

@@ -34,6 +34,10 @@ struct ServerOptions {
   // holds no slice of it. Ignored (said in the log) when the counts agree
   // and the shard holds its slice. Empty: none.
   std::vector<std::string> reshard_from;
+  // --replay DIR: the data dir of this shard in a run made with --record;
+  // the shard takes pushes and pulls in that run's order (from the round
+  // resumed, with --resume). Empty: none.
+  std::string replay;
   int threads = 2;  // --threads: I/O threads
   // --ready-file: once listening (and the dashboard serving), this JSON
   // file is written whole (README, "tether-server flags"); empty: none.

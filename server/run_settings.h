@@ -43,6 +43,9 @@ struct RunSettings {
   int heartbeat_ms = 1000;        // workers' heartbeat period
   int backup_workers = 0;         // a clock closes with n - b workers
   bool staleness_lr = false;      // rate scaled by 1 / (1 + staleness)
+  // Every shard records the order it takes pushes and pulls in, into its
+  // data dir (server/recording.h), so the run can be replayed.
+  bool record = false;
   int64_t resume_round = -1;      // the round every shard loads; -1 none
   // Only in the Welcome to a shard that registers again: it was restarted
   // and loads resume_round on its own (the run goes on).
@@ -52,8 +55,8 @@ BOOST_DESCRIBE_STRUCT(RunSettings, (),
                       (run_id, num_shards, num_workers, max_workers, seed,
                        block_size, optimizer, max_staleness, reject_staleness,
                        checkpoint_every, keep_checkpoints, worker_timeout_ms,
-                       heartbeat_ms, backup_workers, staleness_lr, resume_round,
-                       shard_restart))
+                       heartbeat_ms, backup_workers, staleness_lr, record,
+                       resume_round, shard_restart))
 
 // The most worker ranks a run can have, whatever --max-workers says.
 inline constexpr int kMaxRanks = 4096;

@@ -175,6 +175,7 @@ Status Server::Start() {
     TETHER_RETURN_IF_ERROR(RegisterWithCoordinator());
   }
   TETHER_RETURN_IF_ERROR(SetUpCheckpoints());
+  TETHER_RETURN_IF_ERROR(SetUpRecording());
   if (shard_->settings().shard_restart) {
     shard_->ForgetWorkers();
     TETHER_LOG(kWarning) << "restarted into a running run: workers come back "
@@ -232,12 +233,15 @@ Status Server::StartDashboard() {
 
 void Server::CheckSilence() {
   const int timeout_ms = shard_->settings().worker_timeout_ms;
-  if (stopping_ || timeout_ms <= 0) return;
+  if (stopping_) return;
+  // A replay that waits this long for its next event stops, saying which.
+  shard_->CheckReplay(timeout_ms > 0 ? std::max(timeout_ms, 2000) : 30000);
+  if (timeout_ms <= 0 && !shard_->replaying()) return;
   for (int rank : shard_->EvictSilent()) {
     if (coordinator_) coordinator_->ReleaseChunk(rank);
   }
-  eviction_timer_->expires_after(
-      std::chrono::milliseconds(std::clamp(timeout_ms / 4, 10, 250)));
+  eviction_timer_->expires_after(std::chrono::milliseconds(
+      timeout_ms > 0 ? std::clamp(timeout_ms / 4, 10, 250) : 250));
   eviction_timer_->async_wait([this](const boost::system::error_code& ec) {
     if (!ec) CheckSilence();
   });
@@ -489,6 +493,14 @@ Status Server::LoadRound(int64_t round) {
       "checkpoint dir " + options_.data_dir + ": round " +
       std::to_string(round)));
   StartCheckpointer();
+  if (recorder_) {
+    // A fallback to an older round: the recording goes on from that one.
+    TETHER_ASSIGN_OR_RETURN(std::unique_ptr<Recorder> recorder,
+                            Recorder::Open(options_.data_dir, options_.shard_id,
+                                           snapshot.record_events));
+    shard_->EnableRecording(recorder.get());
+    recorder_ = std::move(recorder);
+  }
   if (std::string note = ReshardNote(snapshot, shard_->settings(), resharded);
       !note.empty()) {
     TETHER_LOG(kInfo) << note;
@@ -556,6 +568,50 @@ Status Server::SetUpCheckpoints() {
   Status loaded = LoadAndReport(settings.resume_round);
   if (!loaded.ok() && settings.shard_restart) {
     return loaded.WithContext("restarted shard");
+  }
+  return Status::Ok();
+}
+
+Status Server::SetUpRecording() {
+  const RunSettings& settings = shard_->settings();
+  const uint64_t from = shard_->RestoredRecordPosition();
+  const std::string shard = "shard " + std::to_string(options_.shard_id);
+  if (!options_.replay.empty()) {
+    Result<Recording> read = ReadRecording(RecordingPath(options_.replay));
+    if (!read.ok()) return read.status().WithContext("--replay");
+    Recording recording = std::move(*read);
+    if (recording.shard_id != options_.shard_id) {
+      return InvalidArgument(
+          "--replay " + options_.replay + ": holds the recording of shard " +
+          std::to_string(recording.shard_id) + ", and this is " + shard);
+    }
+    if (from > recording.events.size()) {
+      return InvalidArgument(
+          "--replay " + options_.replay + ": the round resumed is at event " +
+          std::to_string(from) + " but the recording holds only " +
+          std::to_string(recording.events.size()));
+    }
+    if (recording.torn_tail) {
+      TETHER_LOG(kWarning) << "--replay " << options_.replay
+                           << ": the recording ends with a torn event (the "
+                              "run was killed); replaying the complete ones";
+    }
+    TETHER_LOG(kInfo) << shard << " replays " << recording.events.size() - from
+                      << " recorded events from " << options_.replay
+                      << " (from event " << from << ")";
+    shard_->StartReplay(std::move(recording.events), from,
+                        [](const Status&) {});
+  }
+  if (settings.record) {
+    if (options_.data_dir.empty()) {
+      return InvalidArgument("--data-dir: required on " + shard +
+                             ": the run records its order (--record)");
+    }
+    TETHER_ASSIGN_OR_RETURN(
+        recorder_, Recorder::Open(options_.data_dir, options_.shard_id, from));
+    shard_->EnableRecording(recorder_.get());
+    TETHER_LOG(kInfo) << shard << " records the order of pushes and pulls in "
+                      << recorder_->path();
   }
   return Status::Ok();
 }

@@ -55,6 +55,9 @@ class Server {
   Status RegisterWithCoordinator();
   // Opens the data dir, loads the round to resume, starts the writer.
   Status SetUpCheckpoints();
+  // Opens the recording (--record) and starts the replay (--replay), from
+  // the round the shard loaded when it resumed.
+  Status SetUpRecording();
   // Opens --data-dir once; kCreate makes a store in a missing or empty
   // directory. Starts the checkpoint writer.
   Status OpenStore(CheckpointStore::OpenMode mode);
@@ -134,6 +137,8 @@ class Server {
   ConnectionOptions session_options_;        // accepted: with the timeouts
 
   std::unique_ptr<CheckpointStore> store_;  // with --data-dir
+  // With --record (run-wide): this shard's recording; outlives shard_.
+  std::unique_ptr<Recorder> recorder_;
   std::unique_ptr<Shard> shard_;
   std::unique_ptr<Coordinator> coordinator_;           // shard 0 only
   std::unique_ptr<CoordinatorLink> coordinator_link_;  // shards > 0

@@ -11,6 +11,14 @@ std::string Command(const wire::Hello& hello) {
   return hello.command() ? hello.command()->str() : "";
 }
 
+// The request id of a worker's push, pull or clock.
+uint64_t RequestIdOf(const wire::Message& m) {
+  if (const auto* push = m.body_as_Push()) return push->request_id();
+  if (const auto* pull = m.body_as_Pull()) return pull->request_id();
+  if (const auto* clock = m.body_as_Clock()) return clock->request_id();
+  return 0;
+}
+
 }  // namespace
 
 Session::Session(Stream stream, const ConnectionOptions& options,
@@ -127,6 +135,18 @@ void Session::Deliver(Frame frame) {
     ShardStats figures = ReadStats(*stats);
     figures.shard_id = peer_.rank;
     return monitor_->OnShardStats(figures);
+  }
+  if (peer_.role == wire::Role::Worker && shard_->replaying()) {
+    // A replay takes a worker's pushes, pulls and clocks in their recorded
+    // order; the frame waits with them.
+    if (std::optional<RecordedEvent> e = EventOf(peer_.rank, message)) {
+      auto held = std::make_shared<Frame>(std::move(frame));
+      return shard_->InOrder(
+          *e, RequestIdOf(message), conn_,
+          [shard = shard_, peer = peer_, conn = conn_, held] {
+            shard->Handle(peer, *held->message(), conn);
+          });
+    }
   }
   shard_->Handle(peer_, message, conn_);
 }

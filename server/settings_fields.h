@@ -108,6 +108,10 @@ inline constexpr SettingField kSettingFields[] = {
      0},
     {"staleness_lr", "staleness-lr",
      "scale each push's learning rate by 1 / (1 + its staleness)", 0},
+    {"record", "record",
+     "every shard records the order it applies pushes and answers pulls in, "
+     "into its --data-dir, so that --replay can repeat the run bit for bit",
+     kOmitAtDefault},
     {"resume_round", "", "", kInFirstRounds},
     {"shard_restart", "", "", kWelcomeOnly},
 };

@@ -47,6 +47,11 @@ std::vector<T> ToVector(const flatbuffers::Vector<T>* v) {
   return std::vector<T>(v->begin(), v->end());
 }
 
+// Set while a replayed message is handled in its recorded turn: a pull is
+// answered then, as it was in the recorded run, without waiting for the
+// bound.
+thread_local bool t_in_turn = false;
+
 template <typename T>
 std::span<const T> ToSpan(const flatbuffers::Vector<T>* v) {
   if (v == nullptr) return {};
@@ -85,7 +90,7 @@ int64_t Shard::NowMs() {
 void Shard::Heard(int rank) {
   if (!workers_.valid(rank)) return;
   workers_.Heard(rank, NowMs());
-  if (!workers_.any_evicted()) return;
+  if (!workers_.any_evicted() || replaying()) return;
   Outbox out;
   MutexLock lock(&mu_);
   // An evicted worker that speaks again (it was stopped, or its network
@@ -119,6 +124,7 @@ void Shard::JoinLocked(int rank, int64_t clock, Outbox& out) {
   auto more = clocks_.SetLive(rank, true);
   released.insert(released.end(), std::make_move_iterator(more.begin()),
                   std::make_move_iterator(more.end()));
+  RecordLocked({RecordedEvent::Kind::kJoin, rank, clocks_.clock(rank)});
   ClocksMovedLocked(std::move(released), out);
 }
 
@@ -134,7 +140,8 @@ void Shard::SetStatsExtra(std::function<void(ShardStats&)> extra) {
 std::vector<int> Shard::EvictSilent() {
   std::vector<int> evicted;
   const int timeout_ms = settings_.worker_timeout_ms;
-  if (timeout_ms <= 0) return evicted;
+  // A replay takes joins and leaves from its recording.
+  if (timeout_ms <= 0 || replaying()) return evicted;
   Outbox out;
   MutexLock lock(&mu_);
   // Evicting one worker changes no other's liveness or clock, so deciding
@@ -149,6 +156,7 @@ std::vector<int> Shard::EvictSilent() {
                          << e.silent_ms << " ms (--worker-timeout-ms "
                          << timeout_ms << "); clock " << clocks_.clock(e.rank)
                          << " no longer holds back the others";
+    RecordLocked({RecordedEvent::Kind::kLeave, e.rank});
     ClocksMovedLocked(clocks_.SetLive(e.rank, false), out);
   }
   return evicted;
@@ -229,22 +237,44 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
                    const std::shared_ptr<Connection>& conn) {
   std::vector<uint32_t> blocks = ToVector(m.blocks());
   std::vector<uint64_t> keys = ToVector(m.keys());
+  const bool is_worker = peer.role == wire::Role::Worker;
   Outbox out;
   MutexLock lock(&mu_);
+  // A worker's pull is recorded when it is answered, error or weights.
+  auto record = [&, rank = peer.rank, tensor = m.tensor()] {
+    mu_.AssertHeld();
+    if (is_worker) {
+      RecordLocked(
+          {RecordedEvent::Kind::kPull, rank, clocks_.clock(rank), tensor});
+    }
+  };
   if (Status s =
           CheckReplySizeLocked(m.sparse(), m.tensor(), blocks, keys.size());
       !s.ok()) {
+    record();
     return out.Add(conn, MakeErrorFrame(m.request_id(), s));
   }
   // Not held for the bound first: a provided tensor's provider may be the
   // very worker the bound waits for.
   if (Status s = store_.Ready(m.tensor(), blocks, keys); !s.ok()) {
+    record();
     return out.Add(conn, MakeErrorFrame(m.request_id(), s));
   }
   ++pulls_;
-  bool is_worker = peer.role == wire::Role::Worker;
   int64_t clock = is_worker ? clocks_.clock(peer.rank) : 0;
-  if (is_worker && !clocks_.Ready(clock, peer.staleness)) {
+  int staleness = peer.staleness;
+  if (recorder_ != nullptr && checkpointer_ != nullptr &&
+      settings_.checkpoint_every > 0 && clock >= next_round_clock_) {
+    // A recorded run's rounds are clean cuts: no worker reads past a round
+    // before every worker has reached it, so a replay can start from the
+    // round with every worker at its clock.
+    const int64_t to_round = clock - next_round_clock_;
+    if (staleness < 0 || staleness > to_round) {
+      staleness = static_cast<int>(to_round);
+    }
+  }
+  // In a replay the recording says when to answer: now.
+  if (is_worker && !t_in_turn && !clocks_.Ready(clock, staleness)) {
     int& held = waiting_by_conn_[conn.get()];
     if (held >= max_waiting_) {
       return out.Add(
@@ -258,14 +288,16 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
     ++held;
     // Answered by the Clock that lets the slowest worker catch up; the
     // reply is built then, so it carries every update up to that moment.
-    clocks_.Wait(clock, peer.staleness,
+    clocks_.Wait(clock, staleness,
                  [this, conn, id = m.request_id(), tensor = m.tensor(),
                   sparse = m.sparse(), blocks = std::move(blocks),
-                  keys = std::move(keys)] {
+                  keys = std::move(keys), rank = peer.rank] {
                    mu_.AssertHeld();  // run by ClocksMovedLocked
                    if (--waiting_by_conn_[conn.get()] <= 0) {
                      waiting_by_conn_.erase(conn.get());
                    }
+                   RecordLocked({RecordedEvent::Kind::kPull, rank,
+                                 clocks_.clock(rank), tensor});
                    OutFrame reply =
                        BuildPullReplyLocked(id, tensor, sparse, blocks, keys);
                    bytes_out_ += reply->size();
@@ -273,6 +305,7 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
                  });
     return;
   }
+  record();
   OutFrame reply = BuildPullReplyLocked(m.request_id(), m.tensor(), m.sparse(),
                                         blocks, keys);
   bytes_out_ += reply->size();
@@ -408,7 +441,13 @@ Status Shard::CheckSparsePush(const wire::Push& m) {
 
 void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
                    Connection& conn) {
+  // The digest of its values is taken before the lock.
+  std::optional<RecordedEvent> recorded;
+  if (recorder_ != nullptr && peer.role == wire::Role::Worker) {
+    recorded = PushEvent(peer.rank, m);
+  }
   MutexLock lock(&mu_);
+  if (recorded) RecordLocked(*recorded);
   Status s = m.sparse() ? CheckSparsePush(m) : CheckDensePush(m);
   if (!s.ok()) {
     CountNonFiniteLocked(peer, s);
@@ -531,6 +570,7 @@ void Shard::OnClock(const PeerInfo& peer, const wire::Clock& m,
   {
     Outbox out;  // the replies of the pulls this releases, sent first
     MutexLock lock(&mu_);
+    RecordLocked({RecordedEvent::Kind::kClock, peer.rank, m.clock()});
     clock = clocks_.clock(peer.rank);
     min_clock = clocks_.min_clock();
     if (m.clock() <= clock && workers_.moved_forward(peer.rank)) {
@@ -574,9 +614,19 @@ void Shard::SetWorkerConnected(int rank, bool connected, int staleness,
       TETHER_LOG(kWarning) << "worker " << rank
                            << " is back after its eviction: it reconnected";
     }
+    // A replay joins it when the recording says (from a round: the first
+    // time it connects).
+    if (replaying()) {
+      if (join_on_connect_ && joined_in_replay_.insert(rank).second) {
+        JoinLocked(rank, clock, out);
+      }
+      return;
+    }
     return JoinLocked(rank, clock, out);
   }
   if (!workers_.Leave(rank, conn, staleness, NowMs())) return;
+  if (replaying()) return;
+  RecordLocked({RecordedEvent::Kind::kLeave, rank});
   ClocksMovedLocked(clocks_.SetLive(rank, false), out);
 }
 
@@ -630,6 +680,12 @@ Status Shard::TakeRoundLocked(int64_t round) {
   for (int r = 0; r < clocks_.num_workers(); ++r) {
     snapshot.worker_clocks.push_back(clocks_.clock(r));
   }
+  if (recorder_ != nullptr) {
+    // The round holds the recording's position only once the events
+    // before it are on disk: a resumed recording goes on from there.
+    if (Status s = recorder_->Sync(); !s.ok()) return s;
+    snapshot.record_events = recorder_->events();
+  }
   store_.Snapshot(&snapshot.tensors, &snapshot.tables);
   if (!checkpointer_->Submit(std::move(snapshot))) {
     return Unavailable("the previous round is still being written");
@@ -651,6 +707,7 @@ Status Shard::Restore(const ShardSnapshot& snapshot) {
   // weights hold (with s = 0 exactly, later pushes were still staged). From
   // fresh clocks, since a resume that falls back loads an older round.
   clocks_.Restart(snapshot.min_clock);
+  restored_events_ = snapshot.record_events;
   const int64_t k = settings_.checkpoint_every;
   if (k > 0) next_round_clock_ = snapshot.min_clock + k;
   return Status::Ok();
@@ -749,6 +806,127 @@ void Shard::OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
   }
   flatbuffers::FlatBufferBuilder fbb(64);
   conn.Send(FinishFrame(fbb, wire::CreateAck(fbb, m.request_id())));
+}
+
+void Shard::EnableRecording(Recorder* recorder) {
+  MutexLock lock(&mu_);
+  recorder_ = recorder;
+}
+
+uint64_t Shard::RestoredRecordPosition() {
+  MutexLock lock(&mu_);
+  return restored_events_;
+}
+
+void Shard::StartReplay(std::vector<RecordedEvent> events, size_t start,
+                        std::function<void(const Status&)> diverged) {
+  MutexLock lock(&replay_mu_);
+  replayer_ =
+      std::make_unique<Replayer>(std::move(events), start, [this](uint32_t id) {
+        MutexLock lock(&mu_);
+        return store_.NameOf(id);
+      });
+  {
+    MutexLock lock(&mu_);
+    // From a round, the recording has no joins for the workers already in
+    // the run: each joins at the round's clock when it connects.
+    join_on_connect_ = start > 0;
+  }
+  diverged_ = std::move(diverged);
+  replay_moved_ms_ = NowMs();
+  replay_moved_at_ = start;
+  replaying_.store(!replayer_->done(), std::memory_order_release);
+}
+
+void Shard::InOrder(const RecordedEvent& got, uint64_t request_id,
+                    const std::shared_ptr<Connection>& conn,
+                    std::function<void()> run) {
+  MutexLock lock(&replay_mu_);
+  if (!replayer_) {
+    // The replay ended (or stopped) since the session looked.
+    if (!replay_stopped_.ok()) {
+      return conn->Send(MakeErrorFrame(request_id, replay_stopped_));
+    }
+    lock.Unlock();
+    return run();
+  }
+  auto refuse = [conn, request_id](const Status& why) {
+    conn->Send(MakeErrorFrame(request_id, why));
+  };
+  if (Status s = replayer_->Arrive(got, std::move(run), refuse); !s.ok()) {
+    StopReplayLocked(s);
+    return refuse(replay_stopped_);
+  }
+  DrainReplayLocked();
+}
+
+void Shard::DrainReplayLocked() {
+  while (replayer_) {
+    std::optional<Replayer::Step> step = replayer_->Next();
+    if (!step) break;
+    const RecordedEvent& e = step->event;
+    if (step->run) {
+      t_in_turn = true;
+      step->run();
+      t_in_turn = false;
+    } else {
+      Outbox out;
+      MutexLock lock(&mu_);
+      if (e.kind == RecordedEvent::Kind::kJoin) {
+        JoinLocked(e.rank, e.clock, out);
+      } else {
+        RecordLocked(e);
+        ClocksMovedLocked(clocks_.SetLive(e.rank, false), out);
+      }
+    }
+    if (replayer_->done()) {
+      TETHER_LOG(kInfo) << "replay: all " << replayer_->size()
+                        << " recorded events of shard " << shard_id_
+                        << " replayed; the run goes on as it comes";
+      std::vector<Replayer::Step> held = replayer_->TakeHeld();
+      replayer_.reset();
+      replaying_.store(false, std::memory_order_release);
+      for (Replayer::Step& h : held) h.run();
+    }
+  }
+}
+
+void Shard::StopReplayLocked(const Status& why) {
+  if (!replayer_) return;
+  const Status stopped(why.code(), "replay diverged on shard " +
+                                       std::to_string(shard_id_) + ": " +
+                                       why.message());
+  replay_stopped_ = stopped;
+  TETHER_LOG(kError) << stopped.message();
+  for (Replayer::Step& h : replayer_->TakeHeld()) h.refuse(stopped);
+  // replaying() stays true: what workers send from now on is refused.
+  replayer_.reset();
+  if (diverged_) diverged_(stopped);
+}
+
+void Shard::CheckReplay(int stall_ms) {
+  MutexLock lock(&replay_mu_);
+  if (!replayer_) return;
+  const int64_t now = NowMs();
+  if (replayer_->position() != replay_moved_at_) {
+    replay_moved_at_ = replayer_->position();
+    replay_moved_ms_ = now;
+    return;
+  }
+  if (now - replay_moved_ms_ < stall_ms) return;
+  std::string name;
+  {
+    MutexLock data_lock(&mu_);
+    name = DescribeEvent(replayer_->waiting_for(), [this](uint32_t id) {
+      mu_.AssertHeld();
+      return store_.NameOf(id);
+    });
+  }
+  StopReplayLocked(Status(Code::kTimeout,
+                          "waited " + std::to_string(now - replay_moved_ms_) +
+                              " ms at event " +
+                              std::to_string(replayer_->position()) + " for " +
+                              name + ", which has not come"));
 }
 
 void Shard::CountTraffic(uint64_t bytes_in, uint64_t bytes_out) {

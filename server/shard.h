@@ -10,11 +10,13 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "schema/connection.h"
@@ -25,6 +27,7 @@
 #include "server/checkpointer.h"
 #include "server/clock_table.h"
 #include "server/param_store.h"
+#include "server/recording.h"
 #include "server/run_settings.h"
 #include "server/worker_table.h"
 
@@ -106,6 +109,35 @@ class Shard {
   // Every worker's clock and latest reported position, for round records.
   std::vector<WorkerPosition> WorkerPositions() TETHER_EXCLUDES(mu_);
 
+  // Records, into `recorder`, every event that decides what the shard's
+  // pulls answer (server/recording.h). Call before serving; `recorder`
+  // must outlive the shard's use of it.
+  void EnableRecording(Recorder* recorder) TETHER_EXCLUDES(mu_);
+  // The events recorded before the round the shard restored (0 when none):
+  // where a recording goes on, and a replay from that round starts.
+  uint64_t RestoredRecordPosition() TETHER_EXCLUDES(mu_);
+  // From now on, workers' pushes, pulls and clocks are taken in the order of
+  // `events` (from index `start`), joins and leaves too: a message that
+  // comes early waits for its turn (InOrder). `diverged` is called once,
+  // with what differs, when a worker sends what the recording does not
+  // have next for it; the replay stops then and every held message is
+  // answered with that error. Call before serving.
+  void StartReplay(std::vector<RecordedEvent> events, size_t start,
+                   std::function<void(const Status&)> diverged)
+      TETHER_EXCLUDES(replay_mu_);
+  // Whether a replay is under way: the session hands a worker's pushes,
+  // pulls and clocks to InOrder instead of Handle.
+  bool replaying() const { return replaying_.load(std::memory_order_acquire); }
+  // Takes a worker's message `got` (request `request_id`, from `conn`) in
+  // its recorded turn: `run` (which calls Handle) runs then, on whichever
+  // thread reaches it. After a divergence it is answered with the error.
+  void InOrder(const RecordedEvent& got, uint64_t request_id,
+               const std::shared_ptr<Connection>& conn,
+               std::function<void()> run) TETHER_EXCLUDES(replay_mu_, mu_);
+  // A replay that has waited `stall_ms` for the same event stops, saying
+  // what it waits for. Call periodically.
+  void CheckReplay(int stall_ms) TETHER_EXCLUDES(replay_mu_, mu_);
+
   // Adds to the traffic counters shown in Stats.
   void CountTraffic(uint64_t bytes_in, uint64_t bytes_out) TETHER_EXCLUDES(mu_);
 
@@ -168,6 +200,14 @@ class Shard {
   // Counts a push refused as non-finite against its worker, and logs it.
   void CountNonFiniteLocked(const PeerInfo& peer, const Status& s)
       TETHER_REQUIRES(mu_);
+
+  // Replays the steps whose turn it is, joins and leaves included; ends
+  // the replay when the recording does.
+  void DrainReplayLocked() TETHER_REQUIRES(replay_mu_) TETHER_EXCLUDES(mu_);
+  void StopReplayLocked(const Status& why) TETHER_REQUIRES(replay_mu_);
+  void RecordLocked(const RecordedEvent& e) TETHER_REQUIRES(mu_) {
+    if (recorder_ != nullptr) recorder_->Add(e);
+  }
 
   // Constant after construction.
   const int shard_id_;
@@ -233,6 +273,19 @@ class Shard {
   uint64_t rejected_pushes_ TETHER_GUARDED_BY(mu_) = 0;
   uint64_t bytes_in_ TETHER_GUARDED_BY(mu_) = 0;
   uint64_t bytes_out_ TETHER_GUARDED_BY(mu_) = 0;
+
+  Recorder* recorder_ = nullptr;  // set before serving
+  uint64_t restored_events_ TETHER_GUARDED_BY(mu_) = 0;
+  bool join_on_connect_ TETHER_GUARDED_BY(mu_) = false;
+  std::set<int> joined_in_replay_ TETHER_GUARDED_BY(mu_);
+  // Taken before mu_ when both are held.
+  Mutex replay_mu_;
+  std::unique_ptr<Replayer> replayer_ TETHER_GUARDED_BY(replay_mu_);
+  std::function<void(const Status&)> diverged_ TETHER_GUARDED_BY(replay_mu_);
+  Status replay_stopped_ TETHER_GUARDED_BY(replay_mu_);
+  int64_t replay_moved_ms_ TETHER_GUARDED_BY(replay_mu_) = 0;
+  size_t replay_moved_at_ TETHER_GUARDED_BY(replay_mu_) = 0;
+  std::atomic<bool> replaying_{false};
 };
 
 }  // namespace tether

@@ -39,7 +39,8 @@ namespace {
 // help and types (server/settings_fields.h): shard 0 gets them, every shard
 // --shards.
 constexpr std::string_view kServerFlags[] = {
-    "shards", "workers", "seed", "optimizer", "lr", "checkpoint-every"};
+    "shards", "workers", "seed", "optimizer", "lr", "checkpoint-every",
+    "record"};
 
 static_assert(std::ranges::all_of(kServerFlags,
                                   [](std::string_view flag) {
@@ -83,6 +84,9 @@ struct UpOptions {
   std::string log_dir;   // default: a new /tmp/tether-up-XXXXXX
   std::string data_dir;  // shards' data dirs DIR/shardN; default: log_dir
   std::string resume;    // latest or a round
+  // DATA_DIR of a run started with --record: replay it (its flags, those
+  // given now on top), every shard from DIR/shardN.
+  std::string replay;
   // HOST:PORT of a running run's coordinator: start --workers more workers
   // for it (they take free ranks) instead of a cluster of its own.
   std::string join;
@@ -295,6 +299,10 @@ Status Launcher::StartShards() {
     } else {
       argv.push_back("--coordinator");
       argv.push_back(coordinator_);
+    }
+    if (!o_.replay.empty()) {
+      argv.push_back("--replay");
+      argv.push_back(o_.replay + "/shard" + std::to_string(id));
     }
     if (!o_.resume.empty() && o_.resumed_shards > 0 &&
         o_.resumed_shards != o_.run.num_shards) {
@@ -777,6 +785,12 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddString("resume", &o.resume,
               "resume from a complete round in --data-dir: latest or a "
               "round number");
+  p.AddString("replay", &o.replay,
+              "DIR: the --data-dir of a run made with --record: start it "
+              "again with its flags (those given now on top: --slow, "
+              "--slowdown) and have every shard take pushes and pulls in "
+              "the recorded order, so that it ends bit-identical; with "
+              "--resume ROUND, from that round (copied into --data-dir)");
   p.AddString("http", &o.http,
               "HOST:PORT of the live dashboard (shard 0; port 0: any free "
               "port; off: none)");
@@ -798,13 +812,15 @@ void BindFlags(FlagParser& p, UpOptions& o) {
 // --resume: the run's flags come from DATA_DIR/tether-up.flags (written when
 // the run started), those given now on top. A given identity flag that
 // differs is refused, naming it; --shards and --workers may differ (the
-// shards then reshard the round). Returns an exit code on error.
+// shards then reshard the round). --replay: the same, from the recorded
+// run's DATA_DIR. Returns an exit code on error.
 std::optional<int> TakeSavedFlags(int argc, char** argv,
                                   const FlagParser& given, UpOptions* o) {
   for (const RunFlag& f : RunFlags()) {
     if (given.WasSet(f.name)) o->given.insert(f.name);
   }
-  const std::string path = SavedFlagsPath(*o);
+  const std::string path =
+      o->replay.empty() ? SavedFlagsPath(*o) : o->replay + "/tether-up.flags";
   std::ifstream in(path);
   if (!in) {
     // Not a run tether-up started: the flags given are all there is, and
@@ -893,9 +909,36 @@ int Main(int argc, char** argv) {
                  "starts one: give one of them\n";
     return 2;
   }
+  if (!o.replay.empty() && !std::filesystem::is_directory(o.replay)) {
+    std::cerr << "tether-up: --replay " << o.replay
+              << ": no such directory, so no run to replay\n";
+    return 2;
+  }
+  if (!o.replay.empty() && !o.resume.empty() && !o.data_dir.empty() &&
+      !std::filesystem::exists(o.data_dir + "/shard0")) {
+    // The replay from a round resumes a copy: the recorded run stays whole.
+    std::error_code ec;
+    std::filesystem::create_directories(o.data_dir, ec);
+    for (const auto& entry : std::filesystem::directory_iterator(o.replay)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("shard", 0) != 0 || !entry.is_directory()) continue;
+      std::filesystem::copy(entry.path(), o.data_dir + "/" + name,
+                            std::filesystem::copy_options::recursive, ec);
+      if (ec) {
+        std::cerr << "tether-up: --replay: cannot copy " << entry.path()
+                  << " into --data-dir " << o.data_dir << ": " << ec.message()
+                  << "\n";
+        return 1;
+      }
+    }
+  }
   if (!o.resume.empty() && o.data_dir.empty()) {
     std::cerr << "tether-up: --resume needs --data-dir (the directory of the "
-                 "run to resume)\n";
+                 "run to resume"
+              << (o.replay.empty()
+                      ? ""
+                      : "; with --replay, a new one the round is copied into")
+              << ")\n";
     return 2;
   }
   if (!o.resume.empty() && !std::filesystem::is_directory(o.data_dir)) {
@@ -923,7 +966,16 @@ int Main(int argc, char** argv) {
   if (o.http_token_file.empty()) {
     o.http_token_file = o.log_dir + "/dashboard.token";
   }
-  if (!o.resume.empty()) {
+  if (!o.replay.empty()) {
+    std::error_code ec;
+    if (std::filesystem::equivalent(o.replay, o.data_dir, ec)) {
+      std::cerr << "tether-up: --replay " << o.replay
+                << ": give another --data-dir: a replay must not write over "
+                   "the recorded run\n";
+      return 2;
+    }
+  }
+  if (!o.resume.empty() || !o.replay.empty()) {
     if (auto exit_code = TakeSavedFlags(argc, argv, p, &o)) return *exit_code;
   }
   const int workers = o.run.num_workers;

@@ -6,22 +6,17 @@
 #include <boost/json.hpp>
 #include <cstring>
 #include <filesystem>
-#include <map>
 
 #include "tests/support/cluster.h"
+#include "tests/support/model_params.h"
 #include "tests/support/worker_pool.h"
 #include "tools/http_client.h"
 
 namespace tether::testing {
 namespace {
 
-using Params = std::map<std::string, std::vector<float>>;
-
-const std::vector<std::pair<std::string, std::vector<uint64_t>>> kShapes = {
-    {"fc1.weight", {32, 784}},
-    {"fc1.bias", {32}},
-    {"fc2.weight", {10, 32}},
-    {"fc2.bias", {10}}};
+// tether-worker --model mlp --hidden 32.
+const Shapes kShapes = MlpShapes(32);
 
 ClusterOptions RunOptions(const std::vector<std::string>& extra) {
   ClusterOptions o;
@@ -53,25 +48,8 @@ std::vector<std::unique_ptr<Process>> StartWorkers(
   return workers;
 }
 
-void WaitForWorkers(std::vector<std::unique_ptr<Process>>& workers) {
-  for (auto& w : workers) {
-    auto code = w->Wait(240000);
-    ASSERT_TRUE(code.ok()) << code.status().ToString();
-    EXPECT_EQ(*code, 0) << Tail(w->Log(), 10);
-  }
-}
-
 Params PullParams(const Cluster& cluster) {
-  auto observer = ConnectObserver(cluster.coordinator());
-  Params params;
-  if (observer == nullptr) return params;
-  for (const auto& [name, shape] : kShapes) {
-    EXPECT_TRUE(observer->DefineTensor(name, shape).ok()) << name;
-    std::vector<float>& v = params[name];
-    v.resize(shape.size() == 1 ? shape[0] : shape[0] * shape[1]);
-    EXPECT_TRUE(observer->Pull(name, v).ok()) << name;
-  }
-  return params;
+  return tether::testing::PullParams(cluster.coordinator(), kShapes);
 }
 
 // 60000 rows / 2 workers / batch 200 = 150 clocks; rounds at 60 and 120.
@@ -108,14 +86,8 @@ TEST(Resume, BspRunKilledAndResumedIsBitIdentical) {
   ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
   auto workers = StartWorkers(**cluster, dir.path(), "second");
   WaitForWorkers(workers);
-  Params got = PullParams(**cluster);
-  for (const auto& [name, values] : expected) {
-    ASSERT_EQ(values.size(), got[name].size()) << name;
-    EXPECT_EQ(std::memcmp(values.data(), got[name].data(),
-                          values.size() * sizeof(float)),
-              0)
-        << name << " differs from the uninterrupted run";
-  }
+  ExpectBitIdentical(expected, PullParams(**cluster),
+                     "the resumed run, against the uninterrupted one");
 }
 
 TEST(Resume, MismatchedRunOrMissingRoundRefusedAndNothingOverwritten) {

@@ -89,7 +89,12 @@ Result<std::unique_ptr<Cluster>> Cluster::Start(const ClusterOptions& o,
       argv.push_back("--coordinator");
       argv.push_back(c->coordinator_);
     }
-    argv.insert(argv.end(), o.shard_flags.begin(), o.shard_flags.end());
+    for (std::string flag : o.shard_flags) {
+      if (size_t at = flag.find("{shard}"); at != std::string::npos) {
+        flag.replace(at, 7, std::to_string(id));
+      }
+      argv.push_back(std::move(flag));
+    }
     argv.push_back("--ready-file");
     argv.push_back(dir + "/shard" + std::to_string(id) + ".ready");
     return argv;

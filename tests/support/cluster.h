@@ -48,7 +48,8 @@ struct ClusterOptions {
   // false: shard 0 gets none of the run-wide flags above, only extra_flags
   // (a resume that takes the run's settings from its round).
   bool run_flags = true;
-  std::vector<std::string> shard_flags;  // given to every shard
+  // Given to every shard, "{shard}" in each replaced by the shard's id.
+  std::vector<std::string> shard_flags;
 };
 
 class Cluster {

@@ -1,6 +1,6 @@
 // Test support: a fresh directory under /tmp for one test, removed at the
-// end unless the test failed (then kept, and named in the output, for
-// inspection).
+// end unless the test failed or TETHER_KEEP_TEST_FILES is set (then kept,
+// and named in the output, for inspection).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -21,7 +21,8 @@ class TempDir {
     path_ = made ? made : "/tmp";
   }
   ~TempDir() {
-    if (::testing::Test::HasFailure()) {
+    if (::testing::Test::HasFailure() ||
+        getenv("TETHER_KEEP_TEST_FILES") != nullptr) {
       std::cerr << "test files kept in " << path_ << "\n";
       return;
     }
