@@ -157,9 +157,10 @@ OutFrame MakeHelloFrame(const HelloFields& h) {
   auto command = h.command.empty() ? 0 : fbb.CreateString(h.command);
   auto serving =
       h.serving_run_id.empty() ? 0 : fbb.CreateString(h.serving_run_id);
+  auto manifest = h.manifest.empty() ? 0 : fbb.CreateString(h.manifest);
   auto hello = wire::CreateHello(fbb, kProtocolVersion, h.role, h.rank,
                                  h.staleness, h.shard_id, address, proof, name,
-                                 h.clock, nonce, command, serving);
+                                 h.clock, nonce, command, serving, manifest);
   return FinishFrame(fbb, hello);
 }
 

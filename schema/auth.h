@@ -87,7 +87,8 @@ struct HelloFields {
   std::string command;  // the peer's command line, shell-quoted; "" none
   // A shard re-registering with a restarted coordinator: the run it serves.
   std::string serving_run_id;
-  std::string nonce;  // set by PeerAuth
+  std::string manifest;  // the peer's part of the run manifest (JSON); ""
+  std::string nonce;     // set by PeerAuth
   std::string proof;  // set by PeerAuth
 };
 

@@ -97,6 +97,9 @@ struct RoundRecord {
   // Shard 0's data assignment when the round completed (DataProgress as
   // JSON, server/data_progress.h); "" in rounds written before it was kept.
   std::string data;
+  // The run manifest when the round completed (server/manifest.h); "" in
+  // rounds written before it was kept.
+  std::string manifest;
 };
 
 // "" when `snapshot` (a round read from a shard's data dir) belongs to shard

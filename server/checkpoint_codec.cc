@@ -335,6 +335,7 @@ std::string RecordToJson(const RoundRecord& r) {
                       {"settings", SettingsToJson(r.settings)},
                       {"workers", std::move(workers)}};
   if (!r.data.empty()) record["data"] = json::parse(r.data);
+  if (!r.manifest.empty()) record["manifest"] = json::parse(r.manifest);
   return json::serialize(record);
 }
 
@@ -363,6 +364,9 @@ Result<RoundRecord> RecordFromJson(std::string_view text) {
   if (!f.ok()) return Corruption(f.error());
   if (const json::value* data = v.as_object().if_contains("data")) {
     r->data = json::serialize(*data);
+  }
+  if (const json::value* manifest = v.as_object().if_contains("manifest")) {
+    r->manifest = json::serialize(*manifest);
   }
   return record;
 }

@@ -12,6 +12,7 @@ Coordinator::Coordinator(RunSettings settings, std::string own_address,
                          std::function<int64_t(int rank)> worker_clock)
     : settings_(settings),
       worker_clock_(std::move(worker_clock)),
+      manifest_(settings),
       shard_addresses_(settings.num_shards),
       shard_conns_(settings.num_shards),
       shard_seen_(settings.num_shards, false),

@@ -22,6 +22,7 @@
 #include "schema/mutex.h"
 #include "schema/stats.h"
 #include "server/chunk_pool.h"
+#include "server/manifest.h"
 #include "server/run_settings.h"
 #include "server/share_plan.h"
 
@@ -183,6 +184,9 @@ class Coordinator {
   // stopped.
   Status Readiness() const TETHER_EXCLUDES(mu_);
 
+  // The run manifest, filled in by the sessions as processes say theirs.
+  RunManifest& manifest() { return manifest_; }
+
  private:
   struct Waiting {
     std::shared_ptr<Connection> conn;
@@ -207,6 +211,7 @@ class Coordinator {
 
   const RunSettings settings_;
   const std::function<int64_t(int rank)> worker_clock_;
+  RunManifest manifest_;
 
   mutable Mutex mu_;
   // "" until registered.

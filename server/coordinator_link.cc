@@ -114,6 +114,7 @@ Result<RunSettings> CoordinatorLink::Connect(const std::string& serving_run_id,
   hello.address = options_.address;
   hello.name = "shard " + std::to_string(options_.shard_id);
   hello.command = options_.command;
+  hello.manifest = options_.manifest;
   hello.serving_run_id = serving_run_id;
   conn->Send(auth->First(std::move(hello)));
   auto future = answer->get_future();

@@ -33,8 +33,9 @@ class CoordinatorLink {
   struct Options {
     std::string coordinator;  // HOST:PORT (--coordinator)
     int shard_id = 1;
-    std::string address;  // where workers reach this shard
-    std::string command;  // this shard's command line, for the dashboard
+    std::string address;   // where workers reach this shard
+    std::string command;   // this shard's command line, for the dashboard
+    std::string manifest;  // its part of the run manifest (ShardManifest)
     int connect_timeout_ms = 10000;
     ConnectionOptions connection;
     std::shared_ptr<const AuthKey> auth_key;  // null: the run has none

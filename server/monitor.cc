@@ -484,6 +484,12 @@ void Monitor::OnShardCommand(int shard_id, std::string command) {
   state_.shard_commands[shard_id] = std::move(command);
 }
 
+void Monitor::OnManifest(std::string manifest) {
+  MutexLock lock(&mu_);
+  state_.config_changed |= state_.manifest != manifest;
+  state_.manifest = std::move(manifest);
+}
+
 void Monitor::OnWorkerCommand(int rank, std::string command) {
   MutexLock lock(&mu_);
   if (rank < 0 || static_cast<size_t>(rank) >= MaxRanks(state_.settings)) {

@@ -71,6 +71,8 @@ class Monitor {
   static constexpr size_t kMaxCommandBytes = 64 * 1024;
   void OnShardCommand(int shard_id, std::string command) TETHER_EXCLUDES(mu_);
   void OnWorkerCommand(int rank, std::string command) TETHER_EXCLUDES(mu_);
+  // The run manifest as it is now (server/manifest.h), for the config.
+  void OnManifest(std::string manifest) TETHER_EXCLUDES(mu_);
 
   // Derives the workers' states, events and a history point (when some
   // worker reported since the last tick) from the latest figures, and

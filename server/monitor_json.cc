@@ -1,6 +1,7 @@
 #include "server/monitor_json.h"
 
 #include <algorithm>
+#include <boost/json/parse.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -281,6 +282,10 @@ json::object ConfigJson(const MonitorState& state) {
   const std::vector<ProcessCommand> commands = Commands(state);
   o["commands"] = CommandsJson(commands);
   o["command"] = RunScript(commands);
+  boost::system::error_code ec;
+  json::value manifest =
+      state.manifest.empty() ? json::value() : json::parse(state.manifest, ec);
+  o["manifest"] = ec ? json::value() : std::move(manifest);
   return o;
 }
 

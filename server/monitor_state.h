@@ -137,6 +137,7 @@ struct MonitorState {
   uint64_t dashboard_dropped = 0;
   // By shard id and by rank; "" not known.
   std::vector<std::string> shard_commands, worker_commands;
+  std::string manifest;         // the run manifest's JSON; "" until known
   bool config_changed = false;  // since the last update
 };
 

@@ -46,7 +46,7 @@ struct RunSettings {
   // Every shard records the order it takes pushes and pulls in, into its
   // data dir (server/recording.h), so the run can be replayed.
   bool record = false;
-  int64_t resume_round = -1;      // the round every shard loads; -1 none
+  int64_t resume_round = -1;  // the round every shard loads; -1 none
   // Only in the Welcome to a shard that registers again: it was restarted
   // and loads resume_round on its own (the run goes on).
   bool shard_restart = false;

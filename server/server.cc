@@ -16,6 +16,7 @@
 #include "schema/stats_frame.h"
 #include "schema/stream.h"
 #include "server/health.h"
+#include "server/manifest.h"
 #include "server/reproduce.h"
 #include "server/round_merge.h"
 
@@ -183,6 +184,7 @@ Status Server::Start() {
   }
   if (coordinator_) {
     TETHER_RETURN_IF_ERROR(StartDashboard());
+    PublishManifest();
   } else {
     stats_timer_ = std::make_unique<asio::steady_timer>(asio::make_strand(io_));
     SendStats();
@@ -216,6 +218,23 @@ void Server::MarkStarted() {
   // other shards refused, a signal) left the closing to this point.
   started_ = true;
   if (stopping_) CloseAll();
+}
+
+void Server::PublishManifest() {
+  RunManifest& manifest = coordinator_->manifest();
+  manifest.SetShard(
+      0, ShardManifest(options_.argv),
+      ShardCommand(options_.argv, listening_, &shard_->settings()));
+  Monitor* monitor = dashboard_ ? &dashboard_->monitor() : nullptr;
+  const std::string path =
+      options_.data_dir.empty() ? "" : options_.data_dir + "/manifest.json";
+  manifest.OnChange([monitor, path](const std::string& whole) {
+    if (monitor != nullptr) monitor->OnManifest(whole);
+    if (path.empty()) return;
+    if (Status s = WriteFileAtomically(path, whole); !s.ok()) {
+      TETHER_LOG(kWarning) << "run manifest not written: " << s.message();
+    }
+  });
 }
 
 Status Server::StartDashboard() {
@@ -263,6 +282,7 @@ Status Server::RegisterWithCoordinator() {
   o.shard_id = options_.shard_id;
   o.address = address_;
   o.command = ShardCommand(options_.argv, listening_);
+  o.manifest = ShardManifest(options_.argv);
   o.connect_timeout_ms = options_.connect_timeout_ms;
   o.connection = connection_options_;
   o.auth_key = auth_key_;
@@ -655,6 +675,7 @@ void Server::RecordRound(int64_t round, uint64_t bytes) {
   record.bytes = bytes;
   record.settings = shard_->settings();
   record.workers = shard_->WorkerPositions();
+  record.manifest = coordinator_->manifest().Json();
   record.data = coordinator_->SaveDataProgress(record.clock);
   if (Status s = store_->MarkComplete(record); !s.ok()) {
     TETHER_LOG(kError) << "checkpoint round " << round

@@ -11,6 +11,11 @@ std::string Command(const wire::Hello& hello) {
   return hello.command() ? hello.command()->str() : "";
 }
 
+// The peer's part of the run manifest; "" when it does not say.
+std::string Manifest(const wire::Hello& hello) {
+  return hello.manifest() ? hello.manifest()->str() : "";
+}
+
 // The request id of a worker's push, pull or clock.
 uint64_t RequestIdOf(const wire::Message& m) {
   if (const auto* push = m.body_as_Push()) return push->request_id();
@@ -226,8 +231,12 @@ void Session::OnHello(const wire::Hello& hello) {
       hello_done_ = true;
       std::string address = hello.address() ? hello.address()->str() : "";
       // Shard 0's own command is its own to say.
-      if (monitor_ != nullptr && hello.shard_id() > 0) {
-        monitor_->OnShardCommand(hello.shard_id(), Command(hello));
+      if (hello.shard_id() > 0) {
+        if (monitor_ != nullptr) {
+          monitor_->OnShardCommand(hello.shard_id(), Command(hello));
+        }
+        coordinator_->manifest().SetShard(hello.shard_id(), Manifest(hello),
+                                          Command(hello));
       }
       return coordinator_->RegisterShard(
           hello.shard_id(), address, conn_,
@@ -245,6 +254,8 @@ void Session::OnHello(const wire::Hello& hello) {
         if (monitor_ != nullptr) {
           monitor_->OnWorkerCommand(rank, Command(hello));
         }
+        coordinator_->manifest().SetWorker(rank, Manifest(hello),
+                                           Command(hello));
       } else if (rank < 0 || rank >= RankCapacity(settings)) {
         return Refuse(InvalidArgument(
             "worker rank " + std::to_string(rank) + " is not in 0.." +

@@ -2,7 +2,7 @@
 // writes under each shard's --data-dir.
 //
 //   tether-ckpt list   --data-dir DIRS
-//   tether-ckpt show   --data-dir DIRS [--round R|latest]
+//   tether-ckpt show   --data-dir DIRS [--round R|latest] [--manifest-out F]
 //   tether-ckpt verify --data-dir DIRS [--round R|latest]
 //   tether-ckpt export --data-dir DIRS [--round R|latest]
 //                      --format safetensors|npy --out PATH
@@ -62,7 +62,7 @@ constexpr const char* kSummary =
     "Inspects tether checkpoints. Commands:\n"
     "  list    rounds shard 0 recorded complete, and whether every shard\n"
     "          still holds them\n"
-    "  show    a round's run settings, tensors and workers\n"
+    "  show    a round's run settings, tensors, workers and run manifest\n"
     "  verify  checks that every shard holds the round, intact and finite\n"
     "  export  writes the round's tensors as safetensors or .npy files\n"
     "  now     asks a running cluster (--coordinator) for a round now\n"
@@ -73,6 +73,9 @@ struct CkptOptions {
   std::string round = "latest";  // a round number or "latest"
   std::string format = "safetensors";
   std::string out;  // export: required
+  // show: also write the round's run manifest (JSON) here, for
+  // `tether-up --manifest`.
+  std::string manifest_out;
 };
 
 int Fail(const Status& s) {
@@ -377,6 +380,76 @@ struct Stats {
   }
 };
 
+// The run manifest (server/manifest.h) of a round, process by process.
+void PrintManifest(const std::string& text) {
+  if (text.empty()) return;
+  boost::system::error_code ec;
+  const json::value v = json::parse(text, ec);
+  if (ec || !v.is_object()) {
+    std::cout << "manifest: unreadable\n";
+    return;
+  }
+  auto str = [](const json::object& o, const char* key) -> std::string {
+    const json::value* f = o.if_contains(key);
+    if (f == nullptr || f->is_null()) return "?";
+    if (f->is_string()) return std::string(f->get_string());
+    return json::serialize(*f);
+  };
+  const json::object& m = v.as_object();
+  std::cout << "manifest:\n";
+  if (const json::value* t = m.if_contains("tether"); t && t->is_object()) {
+    std::cout << "  tether " << str(t->as_object(), "version") << ", commit "
+              << str(t->as_object(), "commit") << " (shard 0)\n";
+  }
+  auto each = [&](const char* key, const char* id, const char* what,
+                  auto&& more) {
+    const json::value* list = m.if_contains(key);
+    if (list == nullptr || !list->is_array()) return;
+    size_t i = 0;
+    for (const json::value& e : list->as_array()) {
+      if (!e.is_object()) {
+        std::cout << "  " << what << " " << i << ": not known\n";
+      } else {
+        const json::object& p = e.as_object();
+        std::cout << "  " << what << " " << str(p, id) << " on "
+                  << str(p, "host") << ", tether " << str(p, "version") << " "
+                  << str(p, "commit") << "\n";
+        more(p);
+        std::cout << "    command: " << str(p, "command") << "\n";
+      }
+      ++i;
+    }
+  };
+  each("shards", "shard_id", "shard", [](const json::object&) {});
+  each("workers", "rank", "worker", [&](const json::object& p) {
+    if (const json::value* s = p.if_contains("settings"); s && s->is_object()) {
+      std::cout << "    settings:";
+      for (const auto& [k, val] : s->as_object()) {
+        std::cout << " " << k << "=";
+        if (val.is_string()) {
+          std::cout << std::string(val.get_string());
+        } else if (val.is_double()) {
+          std::cout << val.get_double();
+        } else {
+          std::cout << json::serialize(val);
+        }
+      }
+      std::cout << "\n";
+    }
+    if (const json::value* f = p.if_contains("data_files");
+        f && f->is_array()) {
+      for (const json::value& file : f->as_array()) {
+        if (!file.is_object()) continue;
+        const json::object& d = file.as_object();
+        std::cout << "    data: " << str(d, "path") << " sha256 "
+                  << (d.contains("sha256") ? str(d, "sha256")
+                                           : "(" + str(d, "error") + ")")
+                  << "\n";
+      }
+    }
+  });
+}
+
 int RunShow(const ShardDirs& dirs, const CkptOptions& o) {
   Result<Model> m = LoadModel(dirs, o.round);
   if (!m.ok()) return Fail(m.status());
@@ -417,6 +490,22 @@ int RunShow(const ShardDirs& dirs, const CkptOptions& o) {
   for (const WorkerPosition& w : r.workers) {
     std::cout << "  rank " << w.rank << ": clock " << w.clock << ", epoch "
               << w.epoch << ", samples " << w.samples << "\n";
+  }
+  PrintManifest(r.manifest);
+  if (!o.manifest_out.empty()) {
+    if (r.manifest.empty()) {
+      return Fail(NotFound("--manifest-out: round " + std::to_string(r.round) +
+                           " holds no run manifest (written before tether "
+                           "kept them)"));
+    }
+    std::ofstream out(o.manifest_out, std::ios::trunc);
+    out << r.manifest << "\n";
+    out.close();
+    if (!out) {
+      return Fail(Status(Code::kIoError,
+                         "--manifest-out " + o.manifest_out + ": not written"));
+    }
+    std::cout << "manifest written to " << o.manifest_out << "\n";
   }
   return 0;
 }
@@ -717,6 +806,9 @@ int Main(int argc, char** argv) {
   p.AddString("auth-key-file", &key_file,
               "now: file holding the run's shared key, when it has one");
   p.AddString("format", &o.format, "export: safetensors or npy");
+  p.AddString("manifest-out", &o.manifest_out,
+              "show: also write the round's run manifest (JSON) to this file, "
+              "for tether-up --manifest");
   p.AddString("out", &o.out,
               "export: the .safetensors file, or the directory for .npy files");
   if (auto exit_code =

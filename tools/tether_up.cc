@@ -6,9 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <boost/json/array.hpp>
-#include <boost/json/object.hpp>
-#include <boost/json/serialize.hpp>
+#include <boost/json.hpp>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -27,7 +25,9 @@
 #include "schema/flags.h"
 #include "schema/launcher.h"
 #include "schema/log.h"
+#include "schema/provenance.h"
 #include "schema/tls.h"
+#include "server/checkpoint_codec.h"
 #include "server/settings_fields.h"
 #include "tools/process.h"
 #include "worker/client.h"
@@ -39,8 +39,8 @@ namespace {
 // help and types (server/settings_fields.h): shard 0 gets them, every shard
 // --shards.
 constexpr std::string_view kServerFlags[] = {
-    "shards", "workers", "seed", "optimizer", "lr", "checkpoint-every",
-    "record"};
+    "shards", "workers",          "seed",  "optimizer",
+    "lr",     "checkpoint-every", "record"};
 
 static_assert(std::ranges::all_of(kServerFlags,
                                   [](std::string_view flag) {
@@ -87,6 +87,12 @@ struct UpOptions {
   // DATA_DIR of a run started with --record: replay it (its flags, those
   // given now on top), every shard from DIR/shardN.
   std::string replay;
+  // A run manifest (server/manifest.h) to start a new run from: its
+  // run-wide settings for the shards, and each worker as it was started
+  // (the worker's argv, pointed at this cluster), by rank; an empty argv:
+  // no worker of that rank.
+  std::string manifest;
+  std::vector<std::vector<std::string>> manifest_workers;
   // HOST:PORT of a running run's coordinator: start --workers more workers
   // for it (they take free ranks) instead of a cluster of its own.
   std::string join;
@@ -194,6 +200,8 @@ class Launcher {
 
   Status StartShards();
   Status StartWorkers();
+  // --manifest: every worker as the manifest says it was started.
+  Status StartManifestWorkers();
   // A worker's program and model flags: tether-worker --model M, or
   // python3 -m tether.worker --model FILE:CLASS.
   std::vector<std::string> WorkerCommand() const;
@@ -276,7 +284,10 @@ Status Launcher::StartShards() {
       // A resumed run's shard 0 takes the run-wide settings from its round,
       // except for those given now (refused there if they cannot change).
       const bool resuming = !o_.resume.empty();
-      auto wanted = [this, resuming](const SettingField& f) {
+      const bool manifest = !o_.manifest.empty();
+      auto wanted = [this, resuming, manifest](const SettingField& f) {
+        // From a manifest, every run-wide setting is the manifest's.
+        if (manifest) return !f.flag.empty() && f.flag != "shards";
         return IsServerFlag(f) && f.flag != "shards" &&
                (!resuming || o_.given.count(std::string(f.flag)) > 0);
       };
@@ -284,7 +295,7 @@ Status Launcher::StartShards() {
            SettingFlags(o_.run, wanted, AtDefault::kWritten)) {
         argv.push_back(std::move(word));
       }
-      if (!resuming || o_.given.count("staleness") > 0) {
+      if (!manifest && (!resuming || o_.given.count("staleness") > 0)) {
         argv.push_back("--max-staleness");
         argv.push_back(std::to_string(o_.staleness));
       }
@@ -365,6 +376,7 @@ std::vector<std::string> Launcher::WorkerCommand() const {
 }
 
 Status Launcher::StartWorkers() {
+  if (!o_.manifest.empty()) return StartManifestWorkers();
   for (int r = 0; r < o_.run.num_workers; ++r) {
     const bool slow = r >= o_.run.num_workers - o_.slow;
     std::vector<std::string> argv = WorkerCommand();
@@ -391,6 +403,26 @@ Status Launcher::StartWorkers() {
     auto p = Process::Start(
         WithKey(argv), o_.log_dir + (o_.join.empty() ? "/worker" : "/joined") +
                            std::to_string(r) + ".log");
+    if (!p.ok()) return p.status().WithContext("worker " + std::to_string(r));
+    workers_.push_back(std::move(*p));
+    started_workers_.push_back(
+        {workers_.back()->pid(), workers_.back()->log_path()});
+  }
+  return Status::Ok();
+}
+
+Status Launcher::StartManifestWorkers() {
+  for (size_t r = 0; r < o_.manifest_workers.size(); ++r) {
+    std::vector<std::string> argv = o_.manifest_workers[r];
+    if (argv.empty()) continue;
+    // This build's tether-worker, pointed at this cluster.
+    if (std::filesystem::path(argv[0]).filename() == "tether-worker") {
+      argv[0] = bin_ + "/tether-worker";
+    }
+    argv.push_back("--coordinator");
+    argv.push_back(coordinator_);
+    auto p = Process::Start(
+        WithKey(argv), o_.log_dir + "/worker" + std::to_string(r) + ".log");
     if (!p.ok()) return p.status().WithContext("worker " + std::to_string(r));
     workers_.push_back(std::move(*p));
     started_workers_.push_back(
@@ -785,6 +817,11 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddString("resume", &o.resume,
               "resume from a complete round in --data-dir: latest or a "
               "round number");
+  p.AddString("manifest", &o.manifest,
+              "FILE: start a new run from a run manifest (a run's "
+              "DATA_DIR/manifest.json, or one `tether-ckpt show "
+              "--manifest-out` wrote from a round): its run-wide settings and "
+              "every worker as it was started; data files must be unchanged");
   p.AddString("replay", &o.replay,
               "DIR: the --data-dir of a run made with --record: start it "
               "again with its flags (those given now on top: --slow, "
@@ -873,6 +910,115 @@ std::optional<int> TakeSavedFlags(int argc, char** argv,
               << o->data_dir << "/shard0.." << saved.run.num_shards - 1 << "\n";
   }
   *o = merged;
+  return std::nullopt;
+}
+
+// --manifest FILE: the run-wide settings and every worker's argv from a run
+// manifest (a run's DATA_DIR/manifest.json, or `tether-ckpt show
+// --manifest-out`). Each worker's data files must still have the SHA-256
+// the manifest says. Returns an exit code on error.
+std::optional<int> TakeManifest(UpOptions* o) {
+  const std::string where = "tether-up: --manifest " + o->manifest + ": ";
+  std::ifstream in(o->manifest);
+  if (!in) {
+    std::cerr << where << "cannot read it\n";
+    return 2;
+  }
+  const std::string text((std::istreambuf_iterator<char>(in)),
+                         std::istreambuf_iterator<char>());
+  boost::system::error_code ec;
+  const boost::json::value v = boost::json::parse(text, ec);
+  const boost::json::object* m = ec ? nullptr : v.if_object();
+  const boost::json::value* run = m ? m->if_contains("run") : nullptr;
+  const boost::json::value* workers = m ? m->if_contains("workers") : nullptr;
+  if (run == nullptr || workers == nullptr || !workers->is_array()) {
+    std::cerr << where
+              << "not a run manifest (expected a JSON object with \"run\" "
+                 "and \"workers\")\n";
+    return 2;
+  }
+  Result<RunSettings> settings = checkpoint::SettingsFromJson(*run);
+  if (!settings.ok()) {
+    std::cerr << where << settings.status().message() << "\n";
+    return 2;
+  }
+  o->run = *settings;
+  o->run.run_id.clear();     // a new run
+  o->run.resume_round = -1;  // from the start
+  o->slow = 0;               // each worker keeps its own --slowdown
+  o->manifest_workers.clear();
+  int rank = 0;
+  for (const boost::json::value& w : workers->as_array()) {
+    std::vector<std::string>& argv = o->manifest_workers.emplace_back();
+    const std::string who = "worker " + std::to_string(rank++);
+    const boost::json::object* part = w.if_object();
+    const boost::json::value* args = part ? part->if_contains("argv") : nullptr;
+    if (args == nullptr || !args->is_array() || args->as_array().empty()) {
+      std::cerr << where << who
+                << " has no argv (not known when the manifest was taken, or "
+                   "not a tether worker): not started\n";
+      continue;
+    }
+    // Its flags, less those that tie it to the old cluster.
+    static const std::set<std::string> kOwnedByTheRun = {
+        "--coordinator", "--auth-key-file", "--tls-cert", "--tls-key",
+        "--tls-ca"};
+    const boost::json::array& a = args->as_array();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!a[i].is_string()) continue;
+      const std::string arg(a[i].get_string());
+      const std::string name = arg.substr(0, arg.find('='));
+      if (kOwnedByTheRun.count(name) > 0) {
+        if (arg.find('=') == std::string::npos) ++i;  // and its value
+        continue;
+      }
+      argv.push_back(arg);
+    }
+    // What tether-up says about the run (its banner, its epochs) follows
+    // the first worker's settings.
+    if (const boost::json::value* s = part->if_contains("settings");
+        o->manifest_workers.size() == 1 && s != nullptr && s->is_object()) {
+      const boost::json::object& ws = s->as_object();
+      auto number = [&ws](const char* key, auto* out) {
+        if (const boost::json::value* f = ws.if_contains(key);
+            f != nullptr && f->is_number()) {
+          *out = f->to_number<std::remove_pointer_t<decltype(out)>>();
+        }
+      };
+      auto text = [&ws](const char* key, std::string* out) {
+        if (const boost::json::value* f = ws.if_contains(key);
+            f != nullptr && f->is_string()) {
+          *out = std::string(f->get_string());
+        }
+      };
+      number("staleness", &o->staleness);
+      number("epochs", &o->epochs);
+      number("batch", &o->batch);
+      number("threads", &o->threads);
+      text("model", &o->model);
+      text("data", &o->data);
+    }
+    const boost::json::value* files = part->if_contains("data_files");
+    if (files == nullptr || !files->is_array()) continue;
+    for (const boost::json::value& f : files->as_array()) {
+      const boost::json::object* file = f.if_object();
+      if (file == nullptr || !file->contains("sha256")) continue;
+      const std::string path(file->at("path").as_string());
+      const std::string then(file->at("sha256").as_string());
+      Result<FileDigest> now = Sha256File(path);
+      if (!now.ok()) {
+        std::cerr << where << who << "'s data file: " << now.status().message()
+                  << "\n";
+        return 1;
+      }
+      if (now->sha256 != then) {
+        std::cerr << where << who << "'s data file " << path
+                  << " has changed since the run (sha256 " << then << " then, "
+                  << now->sha256 << " now)\n";
+        return 1;
+      }
+    }
+  }
   return std::nullopt;
 }
 
@@ -975,8 +1121,17 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!o.manifest.empty() &&
+      (!o.resume.empty() || !o.replay.empty() || !o.join.empty())) {
+    std::cerr << "tether-up: --manifest starts a new run: not with --resume, "
+                 "--replay or --join\n";
+    return 2;
+  }
   if (!o.resume.empty() || !o.replay.empty()) {
     if (auto exit_code = TakeSavedFlags(argc, argv, p, &o)) return *exit_code;
+  }
+  if (!o.manifest.empty()) {
+    if (auto exit_code = TakeManifest(&o)) return *exit_code;
   }
   const int workers = o.run.num_workers;
   if (o.run.num_shards < 1 || workers < 1 || o.slow < 0 || o.slow > workers ||

@@ -69,6 +69,10 @@ struct ClientOptions {
   // nothing. It is shown to whoever reads the dashboard: never put a secret
   // in it (a key file's path, not its contents).
   std::string command;
+  // This worker's part of the run manifest (JSON object; worker/manifest.h
+  // for tether-worker's), told to the coordinator, which keeps it in every
+  // round and shows it on the dashboard; "" says nothing. Never a secret.
+  std::string manifest;
   // The run's shared key (schema/auth.h), when the shards have one.
   std::string auth_key_file;
   // TLS to every shard (schema/tls.h), when the shards speak it.

@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   // the run after its current step.
   tether::StopTrainingOnSignals();
   o.command = tether::ShellCommand(argc, argv);
+  o.argv.assign(argv, argv + argc);
   tether::InitLogging("worker", tether::LogLevel::kWarning);
   tether::Status s = tether::RunTrainer(o);
   if (!s.ok()) {

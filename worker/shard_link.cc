@@ -333,7 +333,10 @@ void ShardLinks::Greet(const std::shared_ptr<Link>& link, int rank,
   fields.staleness = options_.staleness;
   fields.name = options_.name;
   // Only the coordinator lists the run's processes.
-  if (link->shard_id == 0) fields.command = options_.command;
+  if (link->shard_id == 0) {
+    fields.command = options_.command;
+    fields.manifest = options_.manifest;
+  }
   // A worker coming back after a lost connection says its clock, so the
   // shard does not hold it (and everyone) back at an older one.
   fields.clock = welcomed_ ? clock_.load() : -1;

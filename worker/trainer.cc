@@ -12,6 +12,7 @@
 #include "worker/client.h"
 #include "worker/dataset.h"
 #include "worker/dense_trainer.h"
+#include "worker/manifest.h"
 #include "worker/model.h"
 #include "worker/signals.h"
 #include "worker/sparse_trainer.h"
@@ -251,6 +252,7 @@ Status RunTrainer(const TrainerOptions& o) {
   if (o.model == "sparse-lr") {
     ClientOptions co = ClientOptionsFor(o);
     co.name = "tether-worker sparse-lr";
+    if (!o.argv.empty()) co.manifest = WorkerManifest(o, o.argv);
     TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
     SayResuming(*client);
     return TrainThenLeave(*client,
@@ -301,6 +303,7 @@ Status RunTrainer(const TrainerOptions& o) {
 
   ClientOptions co = ClientOptionsFor(o);
   co.name = "tether-worker " + o.model;
+  if (!o.argv.empty()) co.manifest = WorkerManifest(o, o.argv);
   TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
   SayResuming(*client);
   return TrainThenLeave(*client, [&] {

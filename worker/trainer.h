@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "schema/status.h"
 #include "schema/tls_options.h"
@@ -50,6 +51,9 @@ struct TrainerOptions {
   // Not a flag: this process's command line, told to the coordinator
   // (ClientOptions::command).
   std::string command;
+  // Not a flag: this process's arguments, argv[0] first, for its manifest
+  // (worker/manifest.h).
+  std::vector<std::string> argv;
 };
 
 // Checks the options without opening anything (what --check does; the
