@@ -204,6 +204,8 @@ class Launcher {
   Status StartManifestWorkers();
   // A worker's program and model flags: tether-worker --model M, or
   // python3 -m tether.worker --model FILE:CLASS.
+  // How a Python worker is started: env, PYTHONPATH, the interpreter.
+  std::vector<std::string> PythonCommand() const;
   std::vector<std::string> WorkerCommand() const;
   // Watches until every worker has exited; kUnavailable names a process
   // that failed.
@@ -351,6 +353,19 @@ std::vector<std::string> Launcher::WorkerCommand() const {
   if (o_.python_model.empty()) {
     return {bin_ + "/tether-worker", "--model", o_.model};
   }
+  std::vector<std::string> argv = PythonCommand();
+  for (const char* s : {"-m", "tether.worker", "--model"}) {
+    argv.push_back(s);
+  }
+  argv.push_back(o_.python_model);
+  if (!o_.model_args.empty()) {
+    argv.push_back("--model-args");
+    argv.push_back(o_.model_args);
+  }
+  return argv;
+}
+
+std::vector<std::string> Launcher::PythonCommand() const {
   // The package next to the binaries of a build tree (build/release/python);
   // an installed one is on Debian's python3 path already.
   std::vector<std::string> argv = {"/usr/bin/env"};
@@ -364,14 +379,6 @@ std::vector<std::string> Launcher::WorkerCommand() const {
 #else
   argv.push_back("python3");
 #endif
-  for (const char* s : {"-m", "tether.worker", "--model"}) {
-    argv.push_back(s);
-  }
-  argv.push_back(o_.python_model);
-  if (!o_.model_args.empty()) {
-    argv.push_back("--model-args");
-    argv.push_back(o_.model_args);
-  }
   return argv;
 }
 
@@ -415,9 +422,15 @@ Status Launcher::StartManifestWorkers() {
   for (size_t r = 0; r < o_.manifest_workers.size(); ++r) {
     std::vector<std::string> argv = o_.manifest_workers[r];
     if (argv.empty()) continue;
-    // This build's tether-worker, pointed at this cluster.
+    // This build's tether-worker or tether package, pointed at this
+    // cluster.
     if (std::filesystem::path(argv[0]).filename() == "tether-worker") {
       argv[0] = bin_ + "/tether-worker";
+    } else if (argv.size() > 2 && argv[1] == "-m" &&
+               argv[2] == "tether.worker") {
+      std::vector<std::string> python = PythonCommand();
+      argv.erase(argv.begin());
+      argv.insert(argv.begin(), python.begin(), python.end());
     }
     argv.push_back("--coordinator");
     argv.push_back(coordinator_);

@@ -4,6 +4,7 @@ batches its checkpoint round covered, ChunkSampler uses every row once per
 epoch, Python workers' progress reaches stats(), and refusals raise
 tether.Error subclasses carrying their code and the server's message."""
 
+import hashlib
 import json
 import math
 import re
@@ -424,8 +425,10 @@ def test_python_workers_say_how_they_were_started(cluster, spawn):
             status, config = http("GET", f"{dashboard}/api/config")
             assert status == 200, config
             commands = {p["process"]: p["command"] for p in config["commands"]}
-            if (commands.get("worker 0") and commands.get("worker 1")) or \
-                    time.monotonic() > deadline:
+            manifest = config.get("manifest") or {}
+            known = [w for w in manifest.get("workers", []) if w]
+            if (commands.get("worker 0") and commands.get("worker 1") and
+                    len(known) == 2) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
     assert list(commands) == ["shard 0", "worker 0", "worker 1"], config
@@ -441,3 +444,23 @@ def test_python_workers_say_how_they_were_started(cluster, spawn):
                      commands["worker 1"] + " &", "wait"], config["command"]
     # Arguments given instead of sys.argv's, quoted for a shell.
     assert tether.command_line(["--a", "b c"]).endswith(" --a 'b c'")
+    # The run manifest: the module worker says what decides its results,
+    # its model file and data files by SHA-256; a bare Client says nothing
+    # but its command.
+    w0, w1 = manifest["workers"]
+    assert w0["program"] == "python -m tether.worker", w0
+    assert w0["argv"] == worker.argv and w0["command"] == commands["worker 0"]
+    assert w0["settings"]["slowdown"] == 3.0 and w0["settings"]["epochs"] == 1
+    model_file = worker.argv[worker.argv.index("--model") + 1].rpartition(
+        ":")[0]
+    with open(model_file, "rb") as f:
+        want = hashlib.sha256(f.read()).hexdigest()
+    assert w0["settings"]["model_file"]["sha256"] == want, w0["settings"]
+    assert [f["path"].rsplit("/", 1)[-1] for f in w0["data_files"]] == [
+        "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+        "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
+    assert all(len(f["sha256"]) == 64 for f in w0["data_files"])
+    version, commit = tether._tether.build_info()
+    assert w0["version"] == version and w0["commit"] == commit
+    assert manifest["tether"] == {"version": version, "commit": commit}
+    assert w1 == {"rank": 1, "command": commands["worker 1"]}, w1

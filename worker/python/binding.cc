@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "schema/build_info.h"
 #include "schema/shuffle.h"
 #include "worker/client.h"
 #include "worker/dataset.h"
@@ -568,6 +569,11 @@ py::tuple DatasetArrays(DenseDataset&& d) {
 PYBIND11_MODULE(_tether, m) {
   using namespace tether;
   m.doc() = "tether's client library (worker/client.h); use the tether package";
+  m.def(
+      "build_info",
+      [] { return py::make_tuple(TetherVersion(), TetherCommit()); },
+      "(version, commit) of the tether build this module comes from "
+      "(schema/build_info.h).");
 
   // pybind11 takes a function pointer of this exact signature.
   // NOLINTNEXTLINE(performance-unnecessary-value-param)
@@ -598,7 +604,8 @@ PYBIND11_MODULE(_tether, m) {
                        std::optional<std::string> command,
                        std::optional<std::string> tls_cert,
                        std::optional<std::string> tls_key,
-                       std::optional<std::string> tls_ca) {
+                       std::optional<std::string> tls_ca,
+                       std::optional<std::string> manifest) {
              ClientOptions o;
              o.coordinator = coordinator;
              o.staleness = staleness;
@@ -612,6 +619,7 @@ PYBIND11_MODULE(_tether, m) {
              o.tls.cert_file = tls_cert.value_or("");
              o.tls.key_file = tls_key.value_or("");
              o.tls.ca_file = tls_ca.value_or("");
+             o.manifest = manifest.value_or("");
              return std::make_unique<PyClient>(std::move(o));
            }),
            py::arg("coordinator"), py::arg("staleness") = 0,
@@ -620,7 +628,8 @@ PYBIND11_MODULE(_tether, m) {
            py::arg("join_timeout_ms") = 600000,
            py::arg("reconnect_timeout_ms") = 120000,
            py::arg("command") = py::none(), py::arg("tls_cert") = py::none(),
-           py::arg("tls_key") = py::none(), py::arg("tls_ca") = py::none())
+           py::arg("tls_key") = py::none(), py::arg("tls_ca") = py::none(),
+           py::arg("manifest") = py::none())
       .def("close", &PyClient::Close)
       .def_property_readonly("closed",
                              [](PyClient& self) {

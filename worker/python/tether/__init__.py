@@ -20,6 +20,7 @@ tether.torch puts any torch.nn.Module on the parameter server.
 """
 
 import collections
+import json
 import shlex
 import sys
 import time
@@ -131,19 +132,26 @@ class Client:
     In a run with TLS, `tls_cert`, `tls_key` and `tls_ca` are this
     process's certificate, its key and the run's CA (PEM files), as
     tether-server's --tls-cert, --tls-key and --tls-ca.
+    `manifest` (a dict, or JSON text) is this worker's part of the run
+    manifest -- what decides what it computes: model file and its SHA-256,
+    settings, data files and their SHA-256 -- which the coordinator keeps in
+    every checkpoint round and shows on the dashboard; `tether.worker`
+    fills it in. Never a secret.
     """
 
     def __init__(self, coordinator, staleness=0, rank=-1, observer=False,
                  auth_key_file=None, name=None, *, join_timeout=600.0,
                  reconnect_timeout=120.0, command=None, tls_cert=None,
-                 tls_key=None, tls_ca=None):
+                 tls_key=None, tls_ca=None, manifest=None):
         if command is None:
             command = "" if observer else command_line()
+        if isinstance(manifest, dict):
+            manifest = json.dumps(manifest)
         self._c = _tether.Client(coordinator, int(staleness), int(rank),
                                  bool(observer), auth_key_file, name,
                                  int(join_timeout * 1000),
                                  int(reconnect_timeout * 1000), str(command),
-                                 tls_cert, tls_key, tls_ca)
+                                 tls_cert, tls_key, tls_ca, manifest)
         self._shapes = {}
         self._dims = {}
 

@@ -19,6 +19,7 @@ the loss is cross-entropy.
 
 import argparse
 import ctypes
+import hashlib
 import importlib.util
 import json
 import math
@@ -122,6 +123,62 @@ def load_model_class(spec):
     if cls is None:
         raise SystemExit(f"--model: '{path}' has no '{name}'")
     return cls
+
+
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+
+
+def data_files(spec, train):
+    """The files a --data or --test-data value reads."""
+    if not spec:
+        return []
+    if spec == "fashion-mnist":
+        prefix = f"{FASHION_MNIST_DIR}/{'train' if train else 't10k'}"
+        return [f"{prefix}-images-idx3-ubyte.gz",
+                f"{prefix}-labels-idx1-ubyte.gz"]
+    return spec.split(",")
+
+
+def file_entry(path):
+    """{"path", "sha256", "bytes"}, or {"path", "error"}."""
+    try:
+        digest = hashlib.sha256()
+        size = 0
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+                size += len(block)
+        return {"path": path, "sha256": digest.hexdigest(), "bytes": size}
+    except OSError as e:
+        return {"path": path, "error": str(e)}
+
+
+def worker_manifest(a, argv, test_spec):
+    """This worker's part of the run manifest (server/manifest.h): what
+    decides what it computes, how it was started, where, with which build."""
+    version, commit = tether._tether.build_info()
+    model_file = a.model.rpartition(":")[0]
+    files = [file_entry(p) for p in data_files(a.data, True)]
+    if (test_spec and test_spec != a.data) or a.data == "fashion-mnist":
+        files += [file_entry(p) for p in data_files(test_spec, False)]
+    return {
+        "program": "python -m tether.worker",
+        "version": version,
+        "commit": commit,
+        "host": socket.gethostname(),
+        "argv": argv,
+        "settings": {
+            "model": a.model, "model_args": a.model_args,
+            "model_file": file_entry(model_file),
+            "batch": a.batch, "epochs": a.epochs, "threads": a.threads,
+            "device": a.device, "slowdown": a.slowdown,
+            "chunk_rows": a.chunk_rows, "staleness": a.staleness,
+            "eval_every": a.eval_every, "data": a.data,
+            "test_data": test_spec or "",
+            "torch": torch.__version__,
+        },
+        "data_files": files,
+    }
 
 
 def load_data(spec, train, flag):
@@ -466,12 +523,13 @@ def main(argv=None):
     if a.evaluate_only:
         return evaluate_only(a, cls, test, shape, device)
     # The dashboard lists how to start this worker again.
-    command = shlex.join([sys.executable, "-m", "tether.worker",
-                          *[str(x) for x in args]])
+    argv = [sys.executable, "-m", "tether.worker", *[str(x) for x in args]]
+    command = shlex.join(argv)
     with tether.Client(a.coordinator, a.staleness, a.rank,
                        auth_key_file=a.auth_key_file, **tls_args(a),
                        name=a.name or f"python {a.model}",
-                       command=command) as client:
+                       command=command,
+                       manifest=worker_manifest(a, argv, test_spec)) as client:
         torch.manual_seed(client.seed)
         model = cls(**a.model_args).to(device)
         if client.resume_round >= 0:
