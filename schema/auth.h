@@ -89,7 +89,7 @@ struct HelloFields {
   std::string serving_run_id;
   std::string manifest;  // the peer's part of the run manifest (JSON); ""
   std::string nonce;     // set by PeerAuth
-  std::string proof;  // set by PeerAuth
+  std::string proof;     // set by PeerAuth
 };
 
 OutFrame MakeHelloFrame(const HelloFields& hello);
