@@ -275,8 +275,9 @@ void Coordinator::WorkerLeaving(
                     << InRunLocked().size() << " in the run";
 }
 
-Result<SharePlans::Answer> Coordinator::Share(int rank, int epoch,
-                                              int64_t clock, uint32_t batch) {
+Result<SharePlans::Answer> Coordinator::Share(
+    int rank, int epoch, int64_t clock, uint32_t batch,
+    const std::function<void()>& decided) {
   if (epoch < 0) {
     return InvalidArgument("share request for epoch " + std::to_string(epoch));
   }
@@ -284,6 +285,7 @@ Result<SharePlans::Answer> Coordinator::Share(int rank, int epoch,
   const bool known = shares_.plans().count(epoch) > 0;
   SharePlans::Answer answer =
       shares_.Ask(rank, epoch, clock, InRunLocked(), batch);
+  if (decided) decided();
   if (!known && answer.decided) {
     TETHER_LOG(kInfo) << "epoch " << epoch << ": " << answer.members
                       << " worker(s) share the data";
@@ -291,10 +293,11 @@ Result<SharePlans::Answer> Coordinator::Share(int rank, int epoch,
   return answer;
 }
 
-std::optional<SharePlans::Leftover> Coordinator::TakeLeftover(int rank,
-                                                              int epoch) {
+std::optional<SharePlans::Leftover> Coordinator::TakeLeftover(
+    int rank, int epoch, const std::function<void()>& decided) {
   MutexLock lock(&mu_);
   auto leftover = shares_.TakeLeftover(epoch);
+  if (decided) decided();
   if (leftover) {
     TETHER_LOG(kInfo) << "worker " << rank << " trains the rest of member "
                       << leftover->index << "'s share of epoch "
@@ -375,8 +378,8 @@ void Coordinator::RoundWritten(const ShardRound& written) {
   for (auto& conn : shards) conn->Send(frame);
 }
 
-Result<Coordinator::DataAnswer> Coordinator::NextChunk(int rank,
-                                                       const ChunkRequest& r) {
+Result<Coordinator::DataAnswer> Coordinator::NextChunk(
+    int rank, const ChunkRequest& r, const std::function<void()>& taken) {
   MutexLock lock(&mu_);
   if (!chunks_) {
     auto pool = ChunkPool::Create(RankCapacity(settings_), r.rows, r.chunk_rows,
@@ -398,10 +401,17 @@ Result<Coordinator::DataAnswer> Coordinator::NextChunk(int rank,
                            " rows, chunks of " + std::to_string(chunk_rows_) +
                            ", " + std::to_string(chunk_epochs_) + " epochs");
   }
+  const uint64_t rows_before = chunks_->RowsDone(rank);
   TETHER_ASSIGN_OR_RETURN(auto next, chunks_->Next(rank, r.clock, r.batch));
   DataAnswer answer;
   answer.chunk = next;
   answer.finished = !answer.chunk && chunks_->Done();
+  // A worker with nothing in hand that gets nothing changed nothing: it
+  // asks again, as often as timing has it.
+  if (taken &&
+      (next || answer.finished || chunks_->RowsDone(rank) != rows_before)) {
+    taken();
+  }
   return answer;
 }
 

@@ -86,12 +86,16 @@ class Coordinator {
 
   // Fixed data shares: worker `rank` at `clock` asks for its share of
   // `epoch` (SharePlans::Ask, with the workers in the run now).
-  // kInvalidArgument for a negative epoch.
+  // kInvalidArgument for a negative epoch. `decided`, as NextChunk's
+  // `taken`.
   Result<SharePlans::Answer> Share(int rank, int epoch, int64_t clock,
-                                   uint32_t batch = 0) TETHER_EXCLUDES(mu_);
+                                   uint32_t batch = 0,
+                                   const std::function<void()>& decided = {})
+      TETHER_EXCLUDES(mu_);
   // Worker `rank`, done with its own share, asks for a share part a
   // departed member left, of `epoch` or earlier (SharePlans::TakeLeftover).
-  std::optional<SharePlans::Leftover> TakeLeftover(int rank, int epoch)
+  std::optional<SharePlans::Leftover> TakeLeftover(
+      int rank, int epoch, const std::function<void()>& decided = {})
       TETHER_EXCLUDES(mu_);
 
   // An observer's Hello; Welcome follows once the shard map is complete.
@@ -125,7 +129,12 @@ class Coordinator {
     int64_t clock = -1;
     uint32_t batch = 0;
   };
-  Result<DataAnswer> NextChunk(int rank, const ChunkRequest& request)
+  // `taken` (when set) runs under the coordinator's lock once the pool has
+  // answered something that changed it or ends the rank's work (not when
+  // a rank with no chunk in hand gets none, which it asks again for as
+  // timing has it): what a recording of the run's order records there.
+  Result<DataAnswer> NextChunk(int rank, const ChunkRequest& request,
+                               const std::function<void()>& taken = {})
       TETHER_EXCLUDES(mu_);
   // `rank` died or was evicted: the chunk it holds goes back to the pool.
   void ReleaseChunk(int rank) TETHER_EXCLUDES(mu_);

@@ -22,7 +22,7 @@ bool HasTensor(RecordedEvent::Kind k) {
 }
 bool HasDigest(RecordedEvent::Kind k) {
   using K = RecordedEvent::Kind;
-  return k == K::kPush || k == K::kProvide;
+  return k == K::kPush || k == K::kProvide || k == K::kChunk || k == K::kShare;
 }
 
 void PutVarint(std::string* out, uint64_t v) {
@@ -75,7 +75,7 @@ size_t Decode(std::string_view data, uint64_t limit,
     size_t at = pos;
     RecordedEvent e;
     const auto kind = static_cast<uint8_t>(data[at++]);
-    if (kind < 1 || kind > 6) {
+    if (kind < 1 || kind > 8) {
       *bad = "unknown event kind " + std::to_string(kind) + " at byte " +
              std::to_string(kHeaderBytes + pos);
       return pos;
@@ -140,6 +140,10 @@ const char* KindName(RecordedEvent::Kind k) {
       return "pull";
     case RecordedEvent::Kind::kClock:
       return "clock";
+    case RecordedEvent::Kind::kChunk:
+      return "data chunk request";
+    case RecordedEvent::Kind::kShare:
+      return "data share request";
   }
   return "event";
 }
@@ -164,6 +168,10 @@ std::string DescribeEvent(const RecordedEvent& e,
       break;
     case K::kClock:
       out += " " + std::to_string(e.clock);
+      break;
+    case K::kChunk:
+    case K::kShare:
+      out += " at clock " + std::to_string(e.clock);
       break;
     case K::kJoin:
       out += " at clock " + std::to_string(e.clock);
@@ -198,6 +206,23 @@ RecordedEvent PushEvent(int rank, const wire::Push& push) {
   return e;
 }
 
+RecordedEvent ChunkEvent(int rank, const wire::DataRequest& request) {
+  Digest d;
+  const uint64_t asked[] = {request.rows(), request.chunk_rows(),
+                            static_cast<uint64_t>(request.epochs()),
+                            request.batch()};
+  d.Add(asked, sizeof(asked));
+  return {RecordedEvent::Kind::kChunk, rank, request.clock(), 0, d.Finish()};
+}
+
+RecordedEvent ShareEvent(int rank, const wire::ShareRequest& request) {
+  Digest d;
+  const uint64_t asked[] = {static_cast<uint64_t>(request.epoch()),
+                            request.leftover() ? 1u : 0u, request.batch()};
+  d.Add(asked, sizeof(asked));
+  return {RecordedEvent::Kind::kShare, rank, request.clock(), 0, d.Finish()};
+}
+
 std::optional<RecordedEvent> EventOf(int rank, const wire::Message& message) {
   RecordedEvent e;
   e.rank = rank;
@@ -211,6 +236,12 @@ std::optional<RecordedEvent> EventOf(int rank, const wire::Message& message) {
     e.kind = RecordedEvent::Kind::kClock;
     e.clock = m->clock();
     return e;
+  }
+  if (const wire::DataRequest* m = message.body_as_DataRequest()) {
+    return ChunkEvent(rank, *m);
+  }
+  if (const wire::ShareRequest* m = message.body_as_ShareRequest()) {
+    return ShareEvent(rank, *m);
   }
   return std::nullopt;
 }
@@ -391,6 +422,14 @@ Status Replayer::Arrive(const RecordedEvent& got, std::function<void()> run,
   mine.pop_front();
   held_[got.rank].push_back({want, std::move(run), std::move(refuse)});
   return Status::Ok();
+}
+
+bool Replayer::Expects(const RecordedEvent& got) const {
+  using K = RecordedEvent::Kind;
+  if (got.kind != K::kChunk && got.kind != K::kShare) return true;
+  auto it = expected_.find(got.rank);
+  return it != expected_.end() && !it->second.empty() &&
+         events_[it->second.front()].kind == got.kind;
 }
 
 std::optional<Replayer::Step> Replayer::Next() {

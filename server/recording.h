@@ -3,7 +3,9 @@
 // With --record every shard writes, to DATA_DIR/record.log, each event that
 // changes what its pulls answer, in the order it happened under the shard's
 // lock: a worker joining or leaving, a push (its read clock, tensor and a
-// digest of its values), a clock, and each pull's answer. With --replay the
+// digest of its values), a clock, and each pull's answer; shard 0 also its
+// coordinator's answers to data requests (which chunk or share a worker
+// gets). With --replay the
 // shard takes those events in exactly that order again, holding back a
 // message that comes early, so that every push meets the same state and
 // every pull reads it: workers, deterministic given what they pull, then
@@ -11,9 +13,9 @@
 //
 // File: "TETHERREC1" and the shard id (u32, little-endian), then one event
 // after another: kind (1 byte), rank (varint), clock + 1 (varint), and for
-// pushes and pulls the tensor id (u32), for pushes the digest (u32). A few
-// bytes each. A crash leaves at most a torn last event, which reading
-// drops.
+// pushes and pulls the tensor id (u32), for pushes and data requests the
+// digest (u32). A few bytes each. A crash leaves at most a torn last event,
+// which reading drops.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,10 @@ struct RecordedEvent {
     kProvide = 4,  // a provided tensor's initial values; `tensor`, `digest`
     kPull = 5,     // answered; `clock`: the worker's clock then; `tensor`
     kClock = 6,    // `clock`: the clock the worker said it finished
+    // Shard 0: a data request its coordinator answered, `clock` the
+    // worker's; `digest` of what it asked (chunks, or shares).
+    kChunk = 7,
+    kShare = 8,
   };
   Kind kind = Kind::kJoin;
   int rank = 0;
@@ -60,10 +66,13 @@ std::string DescribeEvent(
     const RecordedEvent& e,
     const std::function<std::string(uint32_t)>& name = {});
 
-// The event a worker's Push, Pull or Clock message is; nullopt for any
-// other message. A push's digest covers its blocks or rows and values.
+// The event a worker's Push, Pull, Clock, DataRequest or ShareRequest
+// message is; nullopt for any other message. A push's digest covers its
+// blocks or rows and values, a request's what it asks.
 std::optional<RecordedEvent> EventOf(int rank, const wire::Message& message);
 RecordedEvent PushEvent(int rank, const wire::Push& push);
+RecordedEvent ChunkEvent(int rank, const wire::DataRequest& request);
+RecordedEvent ShareEvent(int rank, const wire::ShareRequest& request);
 
 // The recording's file in a shard's data dir.
 std::string RecordingPath(const std::string& data_dir);
@@ -132,6 +141,12 @@ class Replayer {
   // for that worker (then nothing is kept).
   Status Arrive(const RecordedEvent& got, std::function<void()> run,
                 std::function<void(const Status&)> refuse);
+  // False for a data request (kChunk, kShare) when the recording's next
+  // message from its worker is not one: a request that changed nothing in
+  // the recorded run (an idle worker asking again for a chunk, which got
+  // none) or one a resumed worker makes again (its share of the epoch).
+  // Such a request is not ordered; true for everything else.
+  bool Expects(const RecordedEvent& got) const;
 
   // The next step when it can be taken now: a join or a leave (run empty;
   // the shard applies it), or a held message whose turn it is. Advances.

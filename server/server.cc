@@ -619,8 +619,7 @@ Status Server::SetUpRecording() {
     TETHER_LOG(kInfo) << shard << " replays " << recording.events.size() - from
                       << " recorded events from " << options_.replay
                       << " (from event " << from << ")";
-    shard_->StartReplay(std::move(recording.events), from,
-                        [](const Status&) {});
+    shard_->StartReplay(std::move(recording.events), from);
   }
   if (settings.record) {
     if (options_.data_dir.empty()) {

@@ -16,11 +16,13 @@ std::string Manifest(const wire::Hello& hello) {
   return hello.manifest() ? hello.manifest()->str() : "";
 }
 
-// The request id of a worker's push, pull or clock.
+// The request id of a message a replay orders (EventOf).
 uint64_t RequestIdOf(const wire::Message& m) {
   if (const auto* push = m.body_as_Push()) return push->request_id();
   if (const auto* pull = m.body_as_Pull()) return pull->request_id();
   if (const auto* clock = m.body_as_Clock()) return clock->request_id();
+  if (const auto* data = m.body_as_DataRequest()) return data->request_id();
+  if (const auto* share = m.body_as_ShareRequest()) return share->request_id();
   return 0;
 }
 
@@ -68,6 +70,33 @@ void Session::Deliver(Frame frame) {
   if (message.body_type() == wire::Body::Hello) {
     return conn_->Send(MakeErrorFrame(0, ProtocolError("duplicate Hello")));
   }
+  if (peer_.role == wire::Role::Worker && shard_->replaying()) {
+    // A replay takes a worker's pushes, pulls, clocks and data requests in
+    // their recorded order; the frame waits with them.
+    if (std::optional<RecordedEvent> e = EventOf(peer_.rank, message)) {
+      auto held = std::make_shared<Frame>(std::move(frame));
+      if (shard_->InOrder(*e, RequestIdOf(message), conn_,
+                          [self = shared_from_this(), held] {
+                            self->Dispatch(*held->message());
+                          })) {
+        return;
+      }
+      // Not in the recording: a chunk request the recorded run answered
+      // with nothing yet (an idle worker asks again as timing has it), or
+      // a resumed worker's share request, answered from the round's plan.
+      if (const auto* data = held->message()->body_as_DataRequest()) {
+        flatbuffers::FlatBufferBuilder fbb(64);
+        return conn_->Send(FinishFrame(
+            fbb, wire::CreateDataChunk(fbb, data->request_id(), 0, 0, 0, 0,
+                                       /*finished=*/false)));
+      }
+      return Dispatch(*held->message());
+    }
+  }
+  Dispatch(message);
+}
+
+void Session::Dispatch(const wire::Message& message) {
   if (const wire::CheckpointNow* now = message.body_as_CheckpointNow()) {
     if (coordinator_ == nullptr) {
       return conn_->Send(MakeErrorFrame(
@@ -141,18 +170,6 @@ void Session::Deliver(Frame frame) {
     figures.shard_id = peer_.rank;
     return monitor_->OnShardStats(figures);
   }
-  if (peer_.role == wire::Role::Worker && shard_->replaying()) {
-    // A replay takes a worker's pushes, pulls and clocks in their recorded
-    // order; the frame waits with them.
-    if (std::optional<RecordedEvent> e = EventOf(peer_.rank, message)) {
-      auto held = std::make_shared<Frame>(std::move(frame));
-      return shard_->InOrder(
-          *e, RequestIdOf(message), conn_,
-          [shard = shard_, peer = peer_, conn = conn_, held] {
-            shard->Handle(peer, *held->message(), conn);
-          });
-    }
-  }
   shard_->Handle(peer_, message, conn_);
 }
 
@@ -164,7 +181,8 @@ void Session::OnDataRequest(const wire::DataRequest& m) {
   }
   shard_->Heard(peer_.rank);
   auto answer = coordinator_->NextChunk(
-      peer_.rank, {m.rows(), m.chunk_rows(), m.epochs(), m.clock(), m.batch()});
+      peer_.rank, {m.rows(), m.chunk_rows(), m.epochs(), m.clock(), m.batch()},
+      [this, &m] { shard_->Record(ChunkEvent(peer_.rank, m)); });
   if (!answer.ok()) {
     return conn_->Send(MakeErrorFrame(m.request_id(), answer.status()));
   }
@@ -183,8 +201,11 @@ void Session::OnShareRequest(const wire::ShareRequest& m) {
         ProtocolError("data shares are for workers, from shard 0")));
   }
   shard_->Heard(peer_.rank);
+  // Recorded where the coordinator decides, so that a replay asks in the
+  // same order.
+  auto record = [this, &m] { shard_->Record(ShareEvent(peer_.rank, m)); };
   if (m.leftover()) {
-    auto left = coordinator_->TakeLeftover(peer_.rank, m.epoch());
+    auto left = coordinator_->TakeLeftover(peer_.rank, m.epoch(), record);
     flatbuffers::FlatBufferBuilder fbb(64);
     return conn_->Send(FinishFrame(
         fbb, wire::CreateShareAnswer(
@@ -193,7 +214,7 @@ void Session::OnShareRequest(const wire::ShareRequest& m) {
                  left ? left->members : 0, 0, left ? left->first_row : 0)));
   }
   auto answer =
-      coordinator_->Share(peer_.rank, m.epoch(), m.clock(), m.batch());
+      coordinator_->Share(peer_.rank, m.epoch(), m.clock(), m.batch(), record);
   if (!answer.ok()) {
     return conn_->Send(MakeErrorFrame(m.request_id(), answer.status()));
   }

@@ -34,6 +34,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void Deliver(Frame frame);
 
  private:
+  // A message after the Hello, in its turn when a replay orders it.
+  void Dispatch(const wire::Message& message);
   void OnHello(const wire::Hello& hello);
   void OnDataRequest(const wire::DataRequest& request);
   void OnShareRequest(const wire::ShareRequest& request);

@@ -818,8 +818,7 @@ uint64_t Shard::RestoredRecordPosition() {
   return restored_events_;
 }
 
-void Shard::StartReplay(std::vector<RecordedEvent> events, size_t start,
-                        std::function<void(const Status&)> diverged) {
+void Shard::StartReplay(std::vector<RecordedEvent> events, size_t start) {
   MutexLock lock(&replay_mu_);
   replayer_ =
       std::make_unique<Replayer>(std::move(events), start, [this](uint32_t id) {
@@ -832,32 +831,36 @@ void Shard::StartReplay(std::vector<RecordedEvent> events, size_t start,
     // the run: each joins at the round's clock when it connects.
     join_on_connect_ = start > 0;
   }
-  diverged_ = std::move(diverged);
   replay_moved_ms_ = NowMs();
   replay_moved_at_ = start;
   replaying_.store(!replayer_->done(), std::memory_order_release);
 }
 
-void Shard::InOrder(const RecordedEvent& got, uint64_t request_id,
+bool Shard::InOrder(const RecordedEvent& got, uint64_t request_id,
                     const std::shared_ptr<Connection>& conn,
                     std::function<void()> run) {
   MutexLock lock(&replay_mu_);
   if (!replayer_) {
     // The replay ended (or stopped) since the session looked.
     if (!replay_stopped_.ok()) {
-      return conn->Send(MakeErrorFrame(request_id, replay_stopped_));
+      conn->Send(MakeErrorFrame(request_id, replay_stopped_));
+      return true;
     }
     lock.Unlock();
-    return run();
+    run();
+    return true;
   }
+  if (!replayer_->Expects(got)) return false;
   auto refuse = [conn, request_id](const Status& why) {
     conn->Send(MakeErrorFrame(request_id, why));
   };
   if (Status s = replayer_->Arrive(got, std::move(run), refuse); !s.ok()) {
     StopReplayLocked(s);
-    return refuse(replay_stopped_);
+    refuse(replay_stopped_);
+    return true;
   }
   DrainReplayLocked();
+  return true;
 }
 
 void Shard::DrainReplayLocked() {
@@ -901,7 +904,6 @@ void Shard::StopReplayLocked(const Status& why) {
   for (Replayer::Step& h : replayer_->TakeHeld()) h.refuse(stopped);
   // replaying() stays true: what workers send from now on is refused.
   replayer_.reset();
-  if (diverged_) diverged_(stopped);
 }
 
 void Shard::CheckReplay(int stall_ms) {

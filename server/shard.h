@@ -118,12 +118,11 @@ class Shard {
   uint64_t RestoredRecordPosition() TETHER_EXCLUDES(mu_);
   // From now on, workers' pushes, pulls and clocks are taken in the order of
   // `events` (from index `start`), joins and leaves too: a message that
-  // comes early waits for its turn (InOrder). `diverged` is called once,
-  // with what differs, when a worker sends what the recording does not
-  // have next for it; the replay stops then and every held message is
-  // answered with that error. Call before serving.
-  void StartReplay(std::vector<RecordedEvent> events, size_t start,
-                   std::function<void(const Status&)> diverged)
+  // comes early waits for its turn (InOrder). When a worker sends what the
+  // recording does not have next for it, the replay stops: the shard logs
+  // the first difference, and answers every held message and every later
+  // one with it. Call before serving.
+  void StartReplay(std::vector<RecordedEvent> events, size_t start)
       TETHER_EXCLUDES(replay_mu_);
   // Whether a replay is under way: the session hands a worker's pushes,
   // pulls and clocks to InOrder instead of Handle.
@@ -131,9 +130,17 @@ class Shard {
   // Takes a worker's message `got` (request `request_id`, from `conn`) in
   // its recorded turn: `run` (which calls Handle) runs then, on whichever
   // thread reaches it. After a divergence it is answered with the error.
-  void InOrder(const RecordedEvent& got, uint64_t request_id,
+  // Returns false (keeping nothing) for a data request the recording does
+  // not have next for that worker (Replayer::Expects): the caller answers
+  // it as the recorded run did.
+  bool InOrder(const RecordedEvent& got, uint64_t request_id,
                const std::shared_ptr<Connection>& conn,
                std::function<void()> run) TETHER_EXCLUDES(replay_mu_, mu_);
+  // Records `e` when the run records (shard 0's data requests, which its
+  // coordinator answers); in the order of the calls. Thread-safe.
+  void Record(const RecordedEvent& e) {
+    if (recorder_ != nullptr) recorder_->Add(e);
+  }
   // A replay that has waited `stall_ms` for the same event stops, saying
   // what it waits for. Call periodically.
   void CheckReplay(int stall_ms) TETHER_EXCLUDES(replay_mu_, mu_);
@@ -281,7 +288,6 @@ class Shard {
   // Taken before mu_ when both are held.
   Mutex replay_mu_;
   std::unique_ptr<Replayer> replayer_ TETHER_GUARDED_BY(replay_mu_);
-  std::function<void(const Status&)> diverged_ TETHER_GUARDED_BY(replay_mu_);
   Status replay_stopped_ TETHER_GUARDED_BY(replay_mu_);
   int64_t replay_moved_ms_ TETHER_GUARDED_BY(replay_mu_) = 0;
   size_t replay_moved_at_ TETHER_GUARDED_BY(replay_mu_) = 0;

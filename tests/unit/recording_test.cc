@@ -26,6 +26,8 @@ std::vector<RecordedEvent> SomeEvents() {
           {K::kPull, 0, 0, 77},
           {K::kProvide, 0, -1, 5, 42},
           {K::kPush, 300, 123456789, 0xffffffff, 1},
+          {K::kChunk, 2, 5, 0, 77},
+          {K::kShare, 3, 0, 0, 99},
           {K::kLeave, 1, -1}};
 }
 
@@ -174,6 +176,29 @@ TEST(Replayer, OtherValuesOrAnUnrecordedMessageIsNamed) {
   EXPECT_NE(none.message().find("nothing more from worker 5"),
             std::string::npos)
       << none.message();
+}
+
+TEST(Replayer, DataRequestsTheRecordingDoesNotHaveAreNotOrdered) {
+  // Worker 0 got a chunk, pushed, then (idle, asking again and again) got
+  // the run's end; the requests that changed nothing are not recorded.
+  const std::vector<RecordedEvent> events = {
+      {K::kChunk, 0, 0, 0, 5}, {K::kClock, 0, 1}, {K::kChunk, 0, 1, 0, 5}};
+  Replayer replayer(events, 0, {});
+  EXPECT_TRUE(replayer.Expects({K::kChunk, 0, 0, 0, 5}));
+  ASSERT_TRUE(replayer
+                  .Arrive(
+                      {K::kChunk, 0, 0, 0, 5}, [] {}, [](const Status&) {})
+                  .ok());
+  // Next from worker 0 is a clock: a chunk request now is an idle one.
+  EXPECT_FALSE(replayer.Expects({K::kChunk, 0, 0, 0, 5}));
+  EXPECT_FALSE(replayer.Expects({K::kShare, 0, 0, 0, 5}));
+  EXPECT_TRUE(replayer.Expects({K::kClock, 0, 1}));
+  ASSERT_TRUE(replayer
+                  .Arrive(
+                      {K::kClock, 0, 1}, [] {}, [](const Status&) {})
+                  .ok());
+  EXPECT_TRUE(replayer.Expects({K::kChunk, 0, 1, 0, 5}));
+  EXPECT_FALSE(replayer.Expects({K::kChunk, 7, 1, 0, 5}));  // no such worker
 }
 
 TEST(Replayer, StartsFromARoundsPosition) {
