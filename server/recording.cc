@@ -399,10 +399,11 @@ Status Replayer::Arrive(const RecordedEvent& got, std::function<void()> run,
                         std::function<void(const Status&)> refuse) {
   std::deque<size_t>& mine = expected_[got.rank];
   if (mine.empty()) {
-    return Status(Code::kProtocol,
-                  "the recording has nothing more from worker " +
-                      std::to_string(got.rank) + ", which sent " +
-                      DescribeEvent(got, name_));
+    // Past the worker's recorded messages (a recording cut short by a
+    // crash ends anywhere): it waits for the recording's end, after which
+    // the run goes on as it comes.
+    beyond_[got.rank].push_back({got, std::move(run), std::move(refuse)});
+    return Status::Ok();
   }
   const RecordedEvent& want = events_[mine.front()];
   // A pull's clock is the worker's when it is answered: known only then.
@@ -449,9 +450,11 @@ std::optional<Replayer::Step> Replayer::Next() {
 
 std::vector<Replayer::Step> Replayer::TakeHeld() {
   std::vector<Step> out;
-  for (auto& [rank, queue] : held_) {
-    for (Step& h : queue) out.push_back(std::move(h));
-    queue.clear();
+  for (auto* by_rank : {&held_, &beyond_}) {
+    for (auto& [rank, queue] : *by_rank) {
+      for (Step& h : queue) out.push_back(std::move(h));
+      queue.clear();
+    }
   }
   return out;
 }

@@ -136,9 +136,11 @@ class Replayer {
            std::function<std::string(uint32_t)> name);
 
   // A worker's message that arrived: `got` is what it is, `run` handles
-  // it, `refuse` answers it with an error instead. Kept until its turn.
-  // Returns what differs when it is not the event the recording has next
-  // for that worker (then nothing is kept).
+  // it, `refuse` answers it with an error instead. Kept until its turn, or
+  // (when the recording has no more messages from that worker: one cut
+  // short by a crash) until the recording's end. Returns what differs when
+  // it is not the event the recording has next for that worker (then
+  // nothing is kept).
   Status Arrive(const RecordedEvent& got, std::function<void()> run,
                 std::function<void(const Status&)> refuse);
   // False for a data request (kChunk, kShare) when the recording's next
@@ -173,6 +175,8 @@ class Replayer {
   // By rank: the indices of its message events not yet arrived, in order.
   std::map<int, std::deque<size_t>> expected_;
   std::map<int, std::deque<Step>> held_;
+  // By rank: messages past its recorded ones, run once the replay is done.
+  std::map<int, std::deque<Step>> beyond_;
 };
 
 }  // namespace tether

@@ -3,6 +3,7 @@
 // replay slows another worker instead, so its timing differs throughout;
 // every parameter must still end memcmp-equal.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cstring>
 #include <filesystem>
@@ -66,7 +67,8 @@ std::vector<std::unique_ptr<Process>> StartRun(
                                      "1",
                                      "--eval-every",
                                      "0",
-                                     "--quiet"};
+                                     "--report-every",
+                                     "1"};
     // Under ThreadSanitizer every process is slow already.
     if (r == slow) {
       argv.insert(argv.end(), {"--slowdown", kUnderTsan ? "2" : "4"});
@@ -85,6 +87,21 @@ std::vector<std::unique_ptr<Process>> StartRun(
 
 Params PullParams(const Cluster& cluster) {
   return tether::testing::PullParams(cluster.coordinator(), kShapes);
+}
+
+// "clock C loss L" of every progress line a worker printed (one a clock,
+// --report-every 1): the loss of its latest batch, to 4 decimals.
+std::vector<std::string> Losses(const std::string& log_path) {
+  std::ifstream in(log_path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    const size_t clock = line.find(" clock ");
+    const size_t loss = line.find(" loss ", clock);
+    if (clock == std::string::npos || loss == std::string::npos) continue;
+    const size_t end = line.find(' ', loss + 6);
+    out.push_back(line.substr(clock + 1, end - clock - 1));
+  }
+  return out;
 }
 
 // Records a run into DIR/recorded; returns its final parameters. `extra`
@@ -141,6 +158,14 @@ TEST(Replay, AsyncRunReplayedWithAnotherStragglerIsBitIdentical) {
   WaitForWorkers(workers);
   ExpectBitIdentical(recorded, PullParams(**cluster),
                      "the replay, against the recorded run");
+  // And every worker saw the same loss at every clock.
+  for (int r = 0; r < kWorkers; ++r) {
+    const std::string log = "/run-worker" + std::to_string(r) + ".log";
+    const std::vector<std::string> then =
+        Losses(dir.path() + "/recorded" + log);
+    EXPECT_GE(then.size(), 70u) << "worker " << r << " printed too few clocks";
+    EXPECT_EQ(then, Losses(at + log)) << "worker " << r;
+  }
   for (int i = 0; i < 2; ++i) {
     auto done =
         (*cluster)->shard(i).WaitForLine("recorded events of shard", 5000);
@@ -192,6 +217,56 @@ TEST(Replay, ReplayFromAMiddleRoundIsBitIdentical) {
   WaitForWorkers(workers);
   ExpectBitIdentical(recorded, PullParams(**cluster),
                      "the replay from round 40, against the recorded run");
+}
+
+// Round 40 of a run, as tether-ckpt exports it (safetensors bytes).
+std::string ExportRound40(const std::string& data_dir, const std::string& out) {
+  std::string output;
+  auto code = RunToExit({TETHER_CKPT_BIN, "export", "--data-dir", data_dir,
+                         "--round", std::to_string(2 * kRoundEvery), "--format",
+                         "safetensors", "--out", out},
+                        &output, 60000);
+  EXPECT_TRUE(code.ok() && *code == 0) << output;
+  std::ifstream in(out, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+}
+
+// Every process of a recorded run SIGKILLed after a round: the recording
+// holds every event up to the last complete round, so a replay of it
+// reaches that round bit-identical. (Past it, each shard's recording ends
+// where its last write did: the replay goes on as timing has it there.)
+TEST(Replay, RecordingSurvivesACrashUpToItsLastRound) {
+  TempDir dir;
+  const std::string recorded = dir.path() + "/recorded";
+  const std::string round =
+      "checkpoint round " + std::to_string(2 * kRoundEvery) + " complete";
+  std::filesystem::create_directories(recorded);
+  {
+    auto cluster = Cluster::Start(RunOptions({}), recorded);
+    ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+    auto workers = StartRun(**cluster, recorded, "run", /*slow=*/3);
+    auto line = (*cluster)->shard(0).WaitForLine(round, 120000);
+    ASSERT_TRUE(line.ok()) << line.status().ToString();
+    for (auto& w : workers) w->Signal(SIGKILL);
+    for (int i = 0; i < 2; ++i) (*cluster)->shard(i).Signal(SIGKILL);
+  }
+  const std::string at = dir.path() + "/again";
+  std::filesystem::create_directories(at);
+  {
+    auto cluster = Cluster::Start(
+        RunOptions({}, {"--replay", recorded + "/shard{shard}"}), at);
+    ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+    auto workers = StartRun(**cluster, at, "run", /*slow=*/1);
+    auto line = (*cluster)->shard(0).WaitForLine(round, 120000);
+    ASSERT_TRUE(line.ok()) << line.status().ToString();
+    for (auto& w : workers) w->Signal(SIGKILL);
+  }
+  const std::string a = ExportRound40(recorded, dir.path() + "/a.safetensors");
+  const std::string b = ExportRound40(at, dir.path() + "/b.safetensors");
+  ASSERT_GT(a.size(), 10000u);
+  EXPECT_TRUE(a == b) << "the replay's round " << 2 * kRoundEvery
+                      << " differs from the crashed run's";
 }
 
 // A copy of Fashion-MNIST's training images with a few pixels changed in
