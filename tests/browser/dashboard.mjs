@@ -67,6 +67,7 @@ export async function checkDashboard(page, cluster, artifactDir, note) {
     () => `${document.querySelectorAll('#shards tbody tr[data-shard]').length} shard rows`);
   await checkSeed(page, cluster.url);
   await checkCommand(page, note);
+  await checkManifest(page, note);
 
   await checkTooltips(page, note);
   await checkWorkerDeath(page, cluster, note);
@@ -191,6 +192,22 @@ async function checkCommand(page, note) {
         && lines.includes('wait') && lines.some((l) => l.startsWith('# seed run: '));
     }, commandText);
   note('#command lists 2 shards and 3 workers, one with --slowdown 3');
+}
+
+// #config holds the run manifest too: every worker with its host, build and
+// data files by SHA-256, as the workers told shard 0 when they joined.
+async function checkManifest(page, note) {
+  const configText = () => document.getElementById('config').textContent.slice(0, 3000);
+  await waitInPage(page, '#config did not show a run manifest with 3 workers and their data files by SHA-256', 15000,
+    () => {
+      let m;
+      try { m = JSON.parse(document.getElementById('config').textContent).manifest; } catch { return false; }
+      const workers = (m && Array.isArray(m.workers)) ? m.workers.filter((w) => w && w.program === 'tether-worker') : [];
+      return workers.length === 3 && typeof m.tether.commit === 'string'
+        && workers.every((w) => w.host && Array.isArray(w.data_files)
+          && w.data_files.length > 0 && w.data_files.every((f) => /^[0-9a-f]{64}$/.test(f.sha256 || '')));
+    }, configText);
+  note('#config shows the run manifest: 3 workers, their data files by SHA-256');
 }
 
 async function checkWorkerDeath(page, cluster, note) {
