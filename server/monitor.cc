@@ -1,6 +1,7 @@
 #include "server/monitor.h"
 
 #include <algorithm>
+#include <boost/json/parse.hpp>
 #include <cmath>
 #include <sstream>
 
@@ -474,6 +475,10 @@ std::string Monitor::Metrics(TimePoint now) {
 
 void Monitor::OnShardCommand(int shard_id, std::string command) {
   MutexLock lock(&mu_);
+  SetShardCommandLocked(shard_id, std::move(command));
+}
+
+void Monitor::SetShardCommandLocked(int shard_id, std::string command) {
   if (shard_id < 0 || shard_id >= state_.settings.num_shards) return;
   if (command.size() > kMaxCommandBytes) {
     command = "# a command line of " + std::to_string(command.size()) +
@@ -485,13 +490,38 @@ void Monitor::OnShardCommand(int shard_id, std::string command) {
 }
 
 void Monitor::OnManifest(std::string manifest) {
+  boost::system::error_code ec;
+  const json::value v = json::parse(manifest, ec);
   MutexLock lock(&mu_);
+  // Every process's command comes with its part of the manifest: one
+  // change of the config for both.
+  if (!ec && v.is_object()) {
+    for (const auto& [key, set] :
+         {std::pair{"shards", &Monitor::SetShardCommandLocked},
+          std::pair{"workers", &Monitor::SetWorkerCommandLocked}}) {
+      const json::value* list = v.as_object().if_contains(key);
+      if (list == nullptr || !list->is_array()) continue;
+      int index = 0;
+      for (const json::value& p : list->as_array()) {
+        const json::value* command =
+            p.is_object() ? p.as_object().if_contains("command") : nullptr;
+        if (command != nullptr && command->is_string()) {
+          (this->*set)(index, std::string(command->get_string()));
+        }
+        ++index;
+      }
+    }
+  }
   state_.config_changed |= state_.manifest != manifest;
   state_.manifest = std::move(manifest);
 }
 
 void Monitor::OnWorkerCommand(int rank, std::string command) {
   MutexLock lock(&mu_);
+  SetWorkerCommandLocked(rank, std::move(command));
+}
+
+void Monitor::SetWorkerCommandLocked(int rank, std::string command) {
   if (rank < 0 || static_cast<size_t>(rank) >= MaxRanks(state_.settings)) {
     return;
   }

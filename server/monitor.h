@@ -71,7 +71,9 @@ class Monitor {
   static constexpr size_t kMaxCommandBytes = 64 * 1024;
   void OnShardCommand(int shard_id, std::string command) TETHER_EXCLUDES(mu_);
   void OnWorkerCommand(int rank, std::string command) TETHER_EXCLUDES(mu_);
-  // The run manifest as it is now (server/manifest.h), for the config.
+  // The run manifest as it is now (server/manifest.h), for the config,
+  // with every process's command it holds (as the two calls above), in
+  // one change.
   void OnManifest(std::string manifest) TETHER_EXCLUDES(mu_);
 
   // Derives the workers' states, events and a history point (when some
@@ -94,6 +96,10 @@ class Monitor {
   std::string Metrics(TimePoint now = Now()) TETHER_EXCLUDES(mu_);
 
  private:
+  void SetShardCommandLocked(int shard_id, std::string command)
+      TETHER_REQUIRES(mu_);
+  void SetWorkerCommandLocked(int rank, std::string command)
+      TETHER_REQUIRES(mu_);
   // Whether an event's text also goes to the log: not when the shard logs
   // that event itself (a worker joining, a round completing or failing,
   // the run stopping), so each event is one line there.

@@ -184,7 +184,7 @@ Status Server::Start() {
   }
   if (coordinator_) {
     TETHER_RETURN_IF_ERROR(StartDashboard());
-    PublishManifest();
+    if (!dashboard_) PublishManifest();
   } else {
     stats_timer_ = std::make_unique<asio::steady_timer>(asio::make_strand(io_));
     SendStats();
@@ -243,10 +243,10 @@ Status Server::StartDashboard() {
                                  coordinator_.get());
   Monitor* monitor = &dashboard_->monitor();
   monitor->SetCheckpointsEnabled(store_ != nullptr);  // set up just before
-  monitor->OnShardCommand(
-      0, ShardCommand(options_.argv, listening_, &shard_->settings()));
   coordinator_->OnShardRound(
       [monitor](const ShardRound& written) { monitor->OnShardRound(written); });
+  // Shard 0's command and manifest are in the first page a client gets.
+  PublishManifest();
   return dashboard_->Start();
 }
 
@@ -515,11 +515,13 @@ Status Server::LoadRound(int64_t round) {
   StartCheckpointer();
   if (recorder_) {
     // A fallback to an older round: the recording goes on from that one.
-    TETHER_ASSIGN_OR_RETURN(std::unique_ptr<Recorder> recorder,
+    // The old recorder finishes its writes before the file is cut.
+    shard_->EnableRecording(nullptr);
+    recorder_.reset();
+    TETHER_ASSIGN_OR_RETURN(recorder_,
                             Recorder::Open(options_.data_dir, options_.shard_id,
                                            snapshot.record_events));
-    shard_->EnableRecording(recorder.get());
-    recorder_ = std::move(recorder);
+    shard_->EnableRecording(recorder_.get());
   }
   if (std::string note = ReshardNote(snapshot, shard_->settings(), resharded);
       !note.empty()) {

@@ -59,7 +59,8 @@ class Server {
   // the round the shard loaded when it resumed.
   Status SetUpRecording();
   // Shard 0: keeps the run manifest in DATA_DIR/manifest.json and on the
-  // dashboard as processes join (server/manifest.h).
+  // dashboard (with every process's command) as processes join
+  // (server/manifest.h).
   void PublishManifest();
   // Opens --data-dir once; kCreate makes a store in a missing or empty
   // directory. Starts the checkpoint writer.

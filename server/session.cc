@@ -252,10 +252,9 @@ void Session::OnHello(const wire::Hello& hello) {
       hello_done_ = true;
       std::string address = hello.address() ? hello.address()->str() : "";
       // Shard 0's own command is its own to say.
+      // With its part of the run manifest, which the dashboard shows;
+      // shard 0's own are its own to say.
       if (hello.shard_id() > 0) {
-        if (monitor_ != nullptr) {
-          monitor_->OnShardCommand(hello.shard_id(), Command(hello));
-        }
         coordinator_->manifest().SetShard(hello.shard_id(), Manifest(hello),
                                           Command(hello));
       }
@@ -272,9 +271,6 @@ void Session::OnHello(const wire::Hello& hello) {
                                                hello.clock() >= 0);
         if (!joined.ok()) return Refuse(joined.status());
         rank = *joined;
-        if (monitor_ != nullptr) {
-          monitor_->OnWorkerCommand(rank, Command(hello));
-        }
         coordinator_->manifest().SetWorker(rank, Manifest(hello),
                                            Command(hello));
       } else if (rank < 0 || rank >= RankCapacity(settings)) {

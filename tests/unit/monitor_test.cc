@@ -1368,6 +1368,32 @@ TEST(Monitor, WebSocketMessagesHaveExactlyTheDocumentedFields) {
   EXPECT_EQ(Keys(Parse(monitor.Tick(At(t0, 4)))), update_keys);
 }
 
+// The run manifest brings every process's command with it: the config
+// changes once for both, and shows the manifest.
+TEST(Monitor, ManifestCarriesTheCommandsInOneConfigChange) {
+  Monitor monitor(Settings(2, 2));
+  const TimePoint t0 = Monitor::Now();
+  (void)monitor.Snapshot(t0);
+  (void)monitor.Tick(t0);
+  const std::string manifest = R"({"format": 1, "shards": [{"shard_id": 0,
+      "command": "tether-server --shard-id 0"}, null],
+      "workers": [null, {"rank": 1, "command": "tether-worker --rank 1",
+      "host": "b"}]})";
+  monitor.OnManifest(manifest);
+  json::value update = Parse(monitor.Tick(At(t0, 1)));
+  ASSERT_TRUE(update.as_object().contains("config"));
+  const json::value config = Doc(monitor, "config", At(t0, 1));
+  EXPECT_EQ(config.at("manifest").at("workers").at(1).at("host"), "b");
+  const json::array& commands = config.at("commands").as_array();
+  ASSERT_EQ(commands.size(), 4u);  // 2 shards, 2 workers
+  EXPECT_EQ(commands[0].at("command"), "tether-server --shard-id 0");
+  EXPECT_TRUE(commands[2].at("command").is_null());
+  EXPECT_EQ(commands[3].at("command"), "tether-worker --rank 1");
+  // The same manifest again changes nothing.
+  monitor.OnManifest(manifest);
+  EXPECT_FALSE(Parse(monitor.Tick(At(t0, 2))).as_object().contains("config"));
+}
+
 TEST(Monitor, StatusSummarizesRun) {
   Monitor monitor(Settings(1, 3));
   const TimePoint t0 = Monitor::Now();
