@@ -125,6 +125,7 @@ Status Server::Start() {
     }
     shard_ = std::make_unique<Shard>(0, settings, options_.max_frame_bytes);
     shard_->SetLimits(options_.max_keys, options_.max_waiting);
+    if (!options_.replay.empty()) shard_->ExpectReplay();
     coordinator_ = MakeCoordinator(*shard_, address_);
     coordinator_->OnRoundComplete(
         [this](int64_t round, uint64_t bytes) { RecordRound(round, bytes); });
@@ -304,6 +305,7 @@ Status Server::RegisterWithCoordinator() {
   shard_ = std::make_unique<Shard>(options_.shard_id, settings,
                                    options_.max_frame_bytes);
   shard_->SetLimits(options_.max_keys, options_.max_waiting);
+  if (!options_.replay.empty()) shard_->ExpectReplay();
   return Status::Ok();
 }
 

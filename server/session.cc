@@ -75,23 +75,25 @@ void Session::Deliver(Frame frame) {
     // their recorded order; the frame waits with them.
     if (std::optional<RecordedEvent> e = EventOf(peer_.rank, message)) {
       auto held = std::make_shared<Frame>(std::move(frame));
-      if (shard_->InOrder(*e, RequestIdOf(message), conn_,
-                          [self = shared_from_this(), held] {
-                            self->Dispatch(*held->message());
-                          })) {
-        return;
-      }
-      // Not in the recording: a chunk request the recorded run answered
-      // with nothing yet (an idle worker asks again as timing has it), or
-      // a resumed worker's share request, answered from the round's plan.
-      if (const auto* data = held->message()->body_as_DataRequest()) {
-        flatbuffers::FlatBufferBuilder fbb(64);
-        return conn_->Send(FinishFrame(
-            fbb, wire::CreateDataChunk(fbb, data->request_id(), 0, 0, 0, 0,
-                                       /*finished=*/false)));
-      }
-      return Dispatch(*held->message());
+      auto self = shared_from_this();
+      return shard_->InOrder(
+          *e, RequestIdOf(*held->message()), conn_,
+          [self, held] { self->Dispatch(*held->message()); },
+          [self, held] { self->Unordered(*held->message()); });
     }
+  }
+  Dispatch(message);
+}
+
+void Session::Unordered(const wire::Message& message) {
+  // A chunk request the recorded run answered with nothing yet (an idle
+  // worker asks again as timing has it), or a resumed worker's share
+  // request, answered from the round's plan.
+  if (const auto* data = message.body_as_DataRequest()) {
+    flatbuffers::FlatBufferBuilder fbb(64);
+    return conn_->Send(FinishFrame(
+        fbb, wire::CreateDataChunk(fbb, data->request_id(), 0, 0, 0, 0,
+                                   /*finished=*/false)));
   }
   Dispatch(message);
 }

@@ -36,6 +36,8 @@ class Session : public std::enable_shared_from_this<Session> {
  private:
   // A message after the Hello, in its turn when a replay orders it.
   void Dispatch(const wire::Message& message);
+  // A data request a replay does not order (Shard::InOrder's `unordered`).
+  void Unordered(const wire::Message& message);
   void OnHello(const wire::Hello& hello);
   void OnDataRequest(const wire::DataRequest& request);
   void OnShareRequest(const wire::ShareRequest& request);

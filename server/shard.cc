@@ -263,7 +263,7 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
   ++pulls_;
   int64_t clock = is_worker ? clocks_.clock(peer.rank) : 0;
   int staleness = peer.staleness;
-  if (recorder_ != nullptr && checkpointer_ != nullptr &&
+  if (settings_.record && checkpointer_ != nullptr &&
       settings_.checkpoint_every > 0 && clock >= next_round_clock_) {
     // A recorded run's rounds are clean cuts: no worker reads past a round
     // before every worker has reached it, so a replay can start from the
@@ -443,7 +443,7 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
                    Connection& conn) {
   // The digest of its values is taken before the lock.
   std::optional<RecordedEvent> recorded;
-  if (recorder_ != nullptr && peer.role == wire::Role::Worker) {
+  if (settings_.record && peer.role == wire::Role::Worker) {
     recorded = PushEvent(peer.rank, m);
   }
   MutexLock lock(&mu_);
@@ -811,6 +811,14 @@ void Shard::OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
 void Shard::EnableRecording(Recorder* recorder) {
   MutexLock lock(&mu_);
   recorder_ = recorder;
+  if (recorder_ == nullptr) return;
+  for (const RecordedEvent& e : early_events_) recorder_->Add(e);
+  early_events_.clear();
+}
+
+void Shard::Record(const RecordedEvent& e) {
+  MutexLock lock(&mu_);
+  RecordLocked(e);
 }
 
 uint64_t Shard::RestoredRecordPosition() {
@@ -826,47 +834,91 @@ void Shard::StartReplay(std::vector<RecordedEvent> events, size_t start) {
         return store_.NameOf(id);
       });
   {
+    Outbox out;
     MutexLock lock(&mu_);
     // From a round, the recording has no joins for the workers already in
-    // the run: each joins at the round's clock when it connects.
+    // the run: each joins at the round's clock when it connects (those
+    // connected already, now).
     join_on_connect_ = start > 0;
+    for (int r = 0; join_on_connect_ && r < clocks_.num_workers(); ++r) {
+      if (workers_.connected(r) && joined_in_replay_.insert(r).second) {
+        JoinLocked(r, -1, out);
+      }
+    }
   }
   replay_moved_ms_ = NowMs();
   replay_moved_at_ = start;
-  replaying_.store(!replayer_->done(), std::memory_order_release);
+  replay_pending_ = false;
+  replaying_.store(true, std::memory_order_release);
+  // What came while the replay was being set up, in the order it came.
+  std::vector<std::function<void()>> now;
+  for (Pending& p : std::exchange(pending_, {})) {
+    if (auto run = TakeInOrderLocked(std::move(p)))
+      now.push_back(std::move(run));
+  }
+  DrainReplayLocked();
+  lock.Unlock();
+  for (auto& run : now) run();
 }
 
-bool Shard::InOrder(const RecordedEvent& got, uint64_t request_id,
-                    const std::shared_ptr<Connection>& conn,
-                    std::function<void()> run) {
+void Shard::ExpectReplay() {
   MutexLock lock(&replay_mu_);
+  replay_pending_ = true;
+  replaying_.store(true, std::memory_order_release);
+}
+
+void Shard::InOrder(const RecordedEvent& got, uint64_t request_id,
+                    const std::shared_ptr<Connection>& conn,
+                    std::function<void()> run,
+                    std::function<void()> unordered) {
+  MutexLock lock(&replay_mu_);
+  if (!replayer_ && replay_pending_) {
+    // The shard is still setting its replay up: the message waits for it.
+    pending_.push_back(
+        {got, request_id, conn, std::move(run), std::move(unordered)});
+    return;
+  }
+  std::function<void()> now = TakeInOrderLocked(
+      {got, request_id, conn, std::move(run), std::move(unordered)});
+  DrainReplayLocked();
+  lock.Unlock();
+  if (now) now();
+}
+
+std::function<void()> Shard::TakeInOrderLocked(Pending p) {
   if (!replayer_) {
     // The replay ended (or stopped) since the session looked.
     if (!replay_stopped_.ok()) {
-      conn->Send(MakeErrorFrame(request_id, replay_stopped_));
-      return true;
+      p.conn->Send(MakeErrorFrame(p.request_id, replay_stopped_));
+      return {};
     }
-    lock.Unlock();
-    run();
-    return true;
+    return std::move(p.run);
   }
-  if (!replayer_->Expects(got)) return false;
-  auto refuse = [conn, request_id](const Status& why) {
-    conn->Send(MakeErrorFrame(request_id, why));
+  if (!replayer_->Expects(p.got)) return std::move(p.unordered);
+  auto refuse = [conn = p.conn, id = p.request_id](const Status& why) {
+    conn->Send(MakeErrorFrame(id, why));
   };
-  if (Status s = replayer_->Arrive(got, std::move(run), refuse); !s.ok()) {
+  if (Status s = replayer_->Arrive(p.got, std::move(p.run), refuse); !s.ok()) {
     StopReplayLocked(s);
     refuse(replay_stopped_);
-    return true;
   }
-  DrainReplayLocked();
-  return true;
+  return {};
 }
 
 void Shard::DrainReplayLocked() {
   while (replayer_) {
+    if (replayer_->done()) {
+      TETHER_LOG(kInfo) << "replay: all " << replayer_->size()
+                        << " recorded events of shard " << shard_id_
+                        << " replayed; the run goes on as it comes";
+      std::vector<Replayer::Step> held = replayer_->TakeHeld();
+      replayer_.reset();
+      replaying_.store(false, std::memory_order_release);
+      for (Replayer::Step& h : held) h.run();
+      return;
+    }
     std::optional<Replayer::Step> step = replayer_->Next();
-    if (!step) break;
+    if (!step) return;
     const RecordedEvent& e = step->event;
     if (step->run) {
       t_in_turn = true;
@@ -881,15 +933,6 @@ void Shard::DrainReplayLocked() {
         RecordLocked(e);
         ClocksMovedLocked(clocks_.SetLive(e.rank, false), out);
       }
-    }
-    if (replayer_->done()) {
-      TETHER_LOG(kInfo) << "replay: all " << replayer_->size()
-                        << " recorded events of shard " << shard_id_
-                        << " replayed; the run goes on as it comes";
-      std::vector<Replayer::Step> held = replayer_->TakeHeld();
-      replayer_.reset();
-      replaying_.store(false, std::memory_order_release);
-      for (Replayer::Step& h : held) h.run();
     }
   }
 }

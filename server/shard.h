@@ -110,8 +110,9 @@ class Shard {
   std::vector<WorkerPosition> WorkerPositions() TETHER_EXCLUDES(mu_);
 
   // Records, into `recorder`, every event that decides what the shard's
-  // pulls answer (server/recording.h). Call before serving; `recorder`
-  // must outlive the shard's use of it.
+  // pulls answer (server/recording.h), those since the shard was made
+  // first; null: none until the next call. `recorder` must outlive the
+  // shard's use of it.
   void EnableRecording(Recorder* recorder) TETHER_EXCLUDES(mu_);
   // The events recorded before the round the shard restored (0 when none):
   // where a recording goes on, and a replay from that round starts.
@@ -130,17 +131,19 @@ class Shard {
   // Takes a worker's message `got` (request `request_id`, from `conn`) in
   // its recorded turn: `run` (which calls Handle) runs then, on whichever
   // thread reaches it. After a divergence it is answered with the error.
-  // Returns false (keeping nothing) for a data request the recording does
-  // not have next for that worker (Replayer::Expects): the caller answers
-  // it as the recorded run did.
-  bool InOrder(const RecordedEvent& got, uint64_t request_id,
+  // A data request the recording does not have next for that worker
+  // (Replayer::Expects) is not ordered: `unordered` answers it as the
+  // recorded run did.
+  void InOrder(const RecordedEvent& got, uint64_t request_id,
                const std::shared_ptr<Connection>& conn,
-               std::function<void()> run) TETHER_EXCLUDES(replay_mu_, mu_);
+               std::function<void()> run, std::function<void()> unordered)
+      TETHER_EXCLUDES(replay_mu_, mu_);
+  // A replay will start (StartReplay): until then, what InOrder is given
+  // waits for it. Call when the shard is made, before it serves anyone.
+  void ExpectReplay() TETHER_EXCLUDES(replay_mu_);
   // Records `e` when the run records (shard 0's data requests, which its
-  // coordinator answers); in the order of the calls. Thread-safe.
-  void Record(const RecordedEvent& e) {
-    if (recorder_ != nullptr) recorder_->Add(e);
-  }
+  // coordinator answers); in the order of the calls.
+  void Record(const RecordedEvent& e) TETHER_EXCLUDES(mu_);
   // A replay that has waited `stall_ms` for the same event stops, saying
   // what it waits for. Call periodically.
   void CheckReplay(int stall_ms) TETHER_EXCLUDES(replay_mu_, mu_);
@@ -212,8 +215,26 @@ class Shard {
   // the replay when the recording does.
   void DrainReplayLocked() TETHER_REQUIRES(replay_mu_) TETHER_EXCLUDES(mu_);
   void StopReplayLocked(const Status& why) TETHER_REQUIRES(replay_mu_);
+  // A message given to InOrder.
+  struct Pending {
+    RecordedEvent got;
+    uint64_t request_id = 0;
+    std::shared_ptr<Connection> conn;
+    std::function<void()> run;
+    std::function<void()> unordered;
+  };
+  // Hands `p` to the replayer (or refuses it after a divergence); returns
+  // what to run now, outside the lock, when it is not ordered.
+  std::function<void()> TakeInOrderLocked(Pending p)
+      TETHER_REQUIRES(replay_mu_);
+  // Into the recorder, or (a recorded run whose recorder is not there
+  // yet: workers may come as the shard sets up) kept for it.
   void RecordLocked(const RecordedEvent& e) TETHER_REQUIRES(mu_) {
-    if (recorder_ != nullptr) recorder_->Add(e);
+    if (recorder_ != nullptr) {
+      recorder_->Add(e);
+    } else if (settings_.record) {
+      early_events_.push_back(e);
+    }
   }
 
   // Constant after construction.
@@ -281,7 +302,8 @@ class Shard {
   uint64_t bytes_in_ TETHER_GUARDED_BY(mu_) = 0;
   uint64_t bytes_out_ TETHER_GUARDED_BY(mu_) = 0;
 
-  Recorder* recorder_ = nullptr;  // set before serving
+  Recorder* recorder_ TETHER_GUARDED_BY(mu_) = nullptr;
+  std::vector<RecordedEvent> early_events_ TETHER_GUARDED_BY(mu_);
   uint64_t restored_events_ TETHER_GUARDED_BY(mu_) = 0;
   bool join_on_connect_ TETHER_GUARDED_BY(mu_) = false;
   std::set<int> joined_in_replay_ TETHER_GUARDED_BY(mu_);
@@ -289,6 +311,8 @@ class Shard {
   Mutex replay_mu_;
   std::unique_ptr<Replayer> replayer_ TETHER_GUARDED_BY(replay_mu_);
   Status replay_stopped_ TETHER_GUARDED_BY(replay_mu_);
+  bool replay_pending_ TETHER_GUARDED_BY(replay_mu_) = false;
+  std::vector<Pending> pending_ TETHER_GUARDED_BY(replay_mu_);
   int64_t replay_moved_ms_ TETHER_GUARDED_BY(replay_mu_) = 0;
   size_t replay_moved_at_ TETHER_GUARDED_BY(replay_mu_) = 0;
   std::atomic<bool> replaying_{false};
