@@ -273,8 +273,6 @@ void Session::OnHello(const wire::Hello& hello) {
                                                hello.clock() >= 0);
         if (!joined.ok()) return Refuse(joined.status());
         rank = *joined;
-        coordinator_->manifest().SetWorker(rank, Manifest(hello),
-                                           Command(hello));
       } else if (rank < 0 || rank >= RankCapacity(settings)) {
         return Refuse(InvalidArgument(
             "worker rank " + std::to_string(rank) + " is not in 0.." +
@@ -286,6 +284,12 @@ void Session::OnHello(const wire::Hello& hello) {
       // Connected first, so the Welcome carries the clock it joins at.
       shard_->SetWorkerConnected(rank, true, peer_.staleness, hello.clock(),
                                  conn_.get());
+      // Its part of the run manifest, which the dashboard shows, once it
+      // is in the run.
+      if (coordinator_ != nullptr) {
+        coordinator_->manifest().SetWorker(rank, Manifest(hello),
+                                           Command(hello));
+      }
       if (coordinator_ == nullptr) {
         conn_->Send(MakeWelcome(rank, peer_.staleness));
       }

@@ -117,10 +117,13 @@ void Shard::JoinLocked(int rank, int64_t clock, Outbox& out) {
   const int64_t join =
       std::max(rejoin ? clocks_.JoinClock(rank) : clocks_.clock(rank), clock);
   std::vector<ClockTable::Release> released;
-  if (join > clocks_.clock(rank)) {
-    workers_.SetMovedForward(rank, true);
-    released = clocks_.Advance(rank, join);
-  }
+  const bool moved = join > clocks_.clock(rank);
+  if (moved) released = clocks_.Advance(rank, join);
+  // A worker that joins a running run learns its clock from shard 0's
+  // Welcome, which may be older than the clock it joins at here (the
+  // slowest worker moved on in between): its first Clock may then not be
+  // after this one, and the ack tells it where it stands.
+  if (moved || rejoin) workers_.SetMovedForward(rank, true);
   auto more = clocks_.SetLive(rank, true);
   released.insert(released.end(), std::make_move_iterator(more.begin()),
                   std::make_move_iterator(more.end()));
