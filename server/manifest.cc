@@ -25,25 +25,26 @@ RunManifest::RunManifest(RunSettings settings)
 
 void RunManifest::SetShard(int shard_id, const std::string& part,
                            const std::string& command) {
-  Set(shards_, shard_id, part, command);
+  Set(/*shard=*/true, shard_id, part, command);
 }
 
 void RunManifest::SetWorker(int rank, const std::string& part,
                             const std::string& command) {
-  Set(workers_, rank, part, command);
+  Set(/*shard=*/false, rank, part, command);
 }
 
-void RunManifest::Set(std::vector<Entry>& list, int index,
-                      const std::string& part, const std::string& command) {
+void RunManifest::Set(bool shard, int index, const std::string& part,
+                      const std::string& command) {
   if (index < 0 || index >= kMaxRanks) return;
   // What a peer says is kept, within reason.
   constexpr size_t kMaxPartBytes = 64 * 1024;
   if (part.size() > kMaxPartBytes || command.size() > kMaxPartBytes) {
-    return Set(list, index,
+    return Set(shard, index,
                R"({"error": "a manifest longer than shard 0 keeps"})", "");
   }
   {
     MutexLock lock(&mu_);
+    std::vector<Entry>& list = shard ? shards_ : workers_;
     if (list.size() <= static_cast<size_t>(index)) list.resize(index + 1);
     Entry& e = list[index];
     if (e.known && e.part == part && e.command == command) return;

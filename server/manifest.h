@@ -53,7 +53,8 @@ class RunManifest {
     std::string command;
     bool known = false;
   };
-  void Set(std::vector<Entry>& list, int index, const std::string& part,
+  // Into shards_ (`shard`) or workers_.
+  void Set(bool shard, int index, const std::string& part,
            const std::string& command) TETHER_EXCLUDES(mu_);
   // Hands the manifest as it is now to the OnChange callback; one at a
   // time, so a later state is never overtaken by an earlier one.
