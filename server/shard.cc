@@ -889,6 +889,10 @@ void Shard::InOrder(const RecordedEvent& got, uint64_t request_id,
 }
 
 std::function<void()> Shard::TakeInOrderLocked(Pending p) {
+  // Any message is progress: the replay waits for the one it needs from
+  // the time the last one came.
+  replay_heard_ = true;
+  replay_moved_ms_ = NowMs();
   if (!replayer_) {
     // The replay ended (or stopped) since the session looked.
     if (!replay_stopped_.ok()) {
@@ -961,7 +965,9 @@ void Shard::CheckReplay(int stall_ms) {
     replay_moved_ms_ = now;
     return;
   }
-  if (now - replay_moved_ms_ < stall_ms) return;
+  // Not before the first worker's message: workers may take long to start
+  // (loading their data).
+  if (!replay_heard_ || now - replay_moved_ms_ < stall_ms) return;
   std::string name;
   {
     MutexLock data_lock(&mu_);

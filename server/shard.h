@@ -312,6 +312,7 @@ class Shard {
   std::unique_ptr<Replayer> replayer_ TETHER_GUARDED_BY(replay_mu_);
   Status replay_stopped_ TETHER_GUARDED_BY(replay_mu_);
   bool replay_pending_ TETHER_GUARDED_BY(replay_mu_) = false;
+  bool replay_heard_ TETHER_GUARDED_BY(replay_mu_) = false;
   std::vector<Pending> pending_ TETHER_GUARDED_BY(replay_mu_);
   int64_t replay_moved_ms_ TETHER_GUARDED_BY(replay_mu_) = 0;
   size_t replay_moved_at_ TETHER_GUARDED_BY(replay_mu_) = 0;
