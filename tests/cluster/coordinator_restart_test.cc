@@ -130,10 +130,7 @@ TEST_F(CoordinatorRestart, KilledCoordinatorRestartedTakesTheRunBack) {
   const double accuracy = Finish();
   std::printf("mean final test accuracy %.2f%%, uninterrupted %.2f%%\n",
               accuracy, expected);
-  // Taking the run back costs at most a point; an asynchronous run's final
-  // accuracy varies by about a point either way, so one that ends higher
-  // is no failure.
-  EXPECT_GE(accuracy, expected - 1.0);
+  EXPECT_NEAR(accuracy, expected, 1.0);
   ASSERT_NO_FATAL_FAILURE(ExpectEveryoneCameBack());
 }
 
@@ -147,10 +144,7 @@ TEST_F(CoordinatorRestart, CoordinatorDownLongerThanTheWorkerTimeout) {
   const double accuracy = Finish();
   std::printf("mean final test accuracy %.2f%%, uninterrupted %.2f%%\n",
               accuracy, expected);
-  // Taking the run back costs at most a point; an asynchronous run's final
-  // accuracy varies by about a point either way, so one that ends higher
-  // is no failure.
-  EXPECT_GE(accuracy, expected - 1.0);
+  EXPECT_NEAR(accuracy, expected, 1.0);
   ASSERT_NO_FATAL_FAILURE(ExpectEveryoneCameBack());
 }
 
