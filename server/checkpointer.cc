@@ -18,10 +18,11 @@ Checkpointer::~Checkpointer() {
   thread_.join();
 }
 
-bool Checkpointer::Submit(ShardSnapshot snapshot) {
+bool Checkpointer::Submit(ShardSnapshot snapshot, IfBusy if_busy) {
   {
     MutexLock lock(&mu_);
-    if (busy_ || pending_ || stopping_) return false;
+    if (pending_ || stopping_) return false;
+    if (busy_ && if_busy == IfBusy::kDrop) return false;
     pending_ = std::move(snapshot);
   }
   cv_.SignalAll();

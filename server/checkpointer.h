@@ -1,7 +1,9 @@
 // Writes a shard's checkpoint snapshots on a thread of its own, so a round
 // costs training only the copy taken under the shard's lock. One write at a
-// time: a round that arrives while the previous one is still being written
-// is dropped (and logged) rather than queued, bounding memory to one copy.
+// time: a periodic round that arrives while the previous one is still being
+// written is dropped (and logged) rather than queued, bounding memory to one
+// copy; a requested round (the dashboard's, a stop's, another shard's
+// TakeRound) waits for the write in progress, so at most two copies exist.
 //
 // Thread-safe.
 #pragma once
@@ -27,9 +29,17 @@ class Checkpointer {
   // Finishes the write in progress, then stops.
   ~Checkpointer();
 
-  // Hands `snapshot` to the writer; false (dropping it) when a write is in
+  // What Submit does with a snapshot that comes while a write is in
   // progress.
-  bool Submit(ShardSnapshot snapshot) TETHER_EXCLUDES(mu_);
+  enum class IfBusy {
+    kDrop,   // a periodic round: the next one comes soon enough
+    kQueue,  // a requested round: written after the one in progress
+  };
+
+  // Hands `snapshot` to the writer; false (dropping it) when a write is in
+  // progress and `if_busy` is kDrop, when another snapshot already waits,
+  // or when the writer is stopping.
+  bool Submit(ShardSnapshot snapshot, IfBusy if_busy) TETHER_EXCLUDES(mu_);
 
  private:
   void Loop() TETHER_EXCLUDES(mu_);

@@ -664,17 +664,18 @@ void Shard::MaybeCheckpointLocked() {
   // same round at the same clock, each from its own view of the clocks.
   const int64_t round = min_clock / k * k;
   next_round_clock_ = round + k;
-  if (Status s = TakeRoundLocked(round); !s.ok()) {
+  if (Status s = TakeRoundLocked(round, Checkpointer::IfBusy::kDrop); !s.ok()) {
     TETHER_LOG(kWarning) << "skipping checkpoint round " << round << ": "
                          << s.message();
   }
 }
 
-Status Shard::TakeRoundLocked(int64_t round) {
+Status Shard::TakeRoundLocked(int64_t round, Checkpointer::IfBusy if_busy) {
   if (checkpointer_ == nullptr) {
     return Unavailable("shard " + std::to_string(shard_id_) +
                        " has no --data-dir to write checkpoints into");
   }
+  if (round == last_round_) return Status::Ok();
   ShardSnapshot snapshot;
   snapshot.round = round;
   snapshot.shard_id = shard_id_;
@@ -690,16 +691,19 @@ Status Shard::TakeRoundLocked(int64_t round) {
     snapshot.record_events = recorder_->events();
   }
   store_.Snapshot(&snapshot.tensors, &snapshot.tables);
-  if (!checkpointer_->Submit(std::move(snapshot))) {
-    return Unavailable("the previous round is still being written");
+  if (!checkpointer_->Submit(std::move(snapshot), if_busy)) {
+    return Unavailable(if_busy == Checkpointer::IfBusy::kDrop
+                           ? "the previous round is still being written"
+                           : "two earlier rounds are still being written");
   }
+  last_round_ = round;
   return Status::Ok();
 }
 
 Result<int64_t> Shard::CheckpointNow(int64_t round) {
   MutexLock lock(&mu_);
   if (round < 0) round = clocks_.min_clock();
-  TETHER_RETURN_IF_ERROR(TakeRoundLocked(round));
+  TETHER_RETURN_IF_ERROR(TakeRoundLocked(round, Checkpointer::IfBusy::kQueue));
   return round;
 }
 
@@ -711,6 +715,7 @@ Status Shard::Restore(const ShardSnapshot& snapshot) {
   // fresh clocks, since a resume that falls back loads an older round.
   clocks_.Restart(snapshot.min_clock);
   restored_events_ = snapshot.record_events;
+  last_round_ = snapshot.round;
   const int64_t k = settings_.checkpoint_every;
   if (k > 0) next_round_clock_ = snapshot.min_clock + k;
   return Status::Ok();

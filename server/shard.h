@@ -284,9 +284,15 @@ class Shard {
   void ClocksMovedLocked(std::vector<ClockTable::Release> released, Outbox& out)
       TETHER_REQUIRES(mu_);
   void MaybeCheckpointLocked() TETHER_REQUIRES(mu_);
-  // Snapshots the store as `round` and hands it to the writer.
-  Status TakeRoundLocked(int64_t round) TETHER_REQUIRES(mu_);
+  // Snapshots the store as `round` and hands it to the writer; Ok without
+  // a new snapshot when this shard took `round` already (a requested round
+  // that falls on a periodic one: writing it again would first delete the
+  // round being written).
+  Status TakeRoundLocked(int64_t round, Checkpointer::IfBusy if_busy)
+      TETHER_REQUIRES(mu_);
   Checkpointer* checkpointer_ TETHER_GUARDED_BY(mu_) = nullptr;
+  // The round last handed to the writer (or restored from); -1 for none.
+  int64_t last_round_ TETHER_GUARDED_BY(mu_) = -1;
   int64_t next_round_clock_ TETHER_GUARDED_BY(mu_) = 0;
   std::map<int64_t, std::vector<StagedPush>> staged_ TETHER_GUARDED_BY(mu_);
   // The latest WorkerReport of each worker (shard 0 receives them), and on

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -25,6 +26,7 @@
 
 #include "server/checkpoint_codec.h"
 #include "server/checkpoint_keys.h"
+#include "server/checkpointer.h"
 #include "server/optimizer.h"
 #include "server/param_store.h"
 #include "tests/support/raw_checkpoint_db.h"
@@ -665,6 +667,49 @@ TEST(Checkpoint, IdentityMismatchNamesEveryDifference) {
   EXPECT_TRUE(Contains(m, "shard id 0 in the round, 1 here")) << m;
   EXPECT_TRUE(Contains(m, "run id aaaa in the round, bbbb here")) << m;
   EXPECT_TRUE(Contains(m, "--seed 42 in the round, 9 now")) << m;
+}
+
+// --- Checkpointer -----------------------------------------------------------
+
+// While a round is being written, a periodic round is dropped, a requested
+// one (a stop's, the dashboard's) waits its turn and is written after it,
+// and a third one is refused rather than queued.
+TEST(Checkpointer, RequestedRoundWaitsForTheWriteInProgress) {
+  TempDir dir;
+  std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+  std::promise<void> first_written, release, all_written;
+  std::shared_future<void> released = release.get_future().share();
+  Mutex mu;
+  std::vector<int64_t> written;
+  Checkpointer writer(
+      store.get(), [&](int64_t round, const Result<uint64_t>& bytes, double) {
+        EXPECT_TRUE(bytes.ok()) << bytes.status().ToString();
+        size_t count = 0;
+        {
+          MutexLock lock(&mu);
+          written.push_back(round);
+          count = written.size();
+        }
+        if (count == 1) {
+          first_written.set_value();
+          released.wait();  // the writer stays busy until the test says so
+        }
+        if (count == 2) all_written.set_value();
+      });
+  using IfBusy = Checkpointer::IfBusy;
+  ASSERT_TRUE(writer.Submit(SmallSnapshot(1), IfBusy::kDrop));
+  first_written.get_future().wait();
+  EXPECT_FALSE(writer.Submit(SmallSnapshot(2), IfBusy::kDrop));
+  EXPECT_TRUE(writer.Submit(SmallSnapshot(3), IfBusy::kQueue));
+  EXPECT_FALSE(writer.Submit(SmallSnapshot(4), IfBusy::kQueue));
+  release.set_value();
+  ASSERT_EQ(all_written.get_future().wait_for(std::chrono::seconds(30)),
+            std::future_status::ready);
+  {
+    MutexLock lock(&mu);
+    EXPECT_EQ(written, (std::vector<int64_t>{1, 3}));
+  }
+  EXPECT_EQ(*store->ShardRounds(), (std::vector<int64_t>{1, 3}));
 }
 
 }  // namespace tether
