@@ -7,13 +7,14 @@
 #include <vector>
 
 // The shard's arithmetic hot path: the update loops and the finiteness
-// scan are built twice, for x86-64's baseline (SSE2) and for AVX2, and the
-// loader picks one by the CPU. Both do the same IEEE operations in the same
-// order (no FMA contraction, no reassociation), so a shard's weights are
-// bit-identical whichever runs.
+// scan are built three times, for x86-64's baseline (SSE2), AVX2 and
+// AVX-512, and the loader picks one by the CPU. All do the same IEEE
+// operations in the same order (no FMA contraction: -ffp-contract=off; no
+// reassociation), so a shard's weights are bit-identical whichever runs.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_ADDRESS__)
-#define TETHER_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#define TETHER_VECTOR_CLONES \
+  __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TETHER_VECTOR_CLONES
 #endif
@@ -57,6 +58,61 @@ void Optimizer::Apply(std::span<float> weights, std::span<float> slots,
   (void)Update(w, s, grad, weights, slots, step, lr_scale);
 }
 
+namespace {
+
+// The loops, one per optimizer, inlined into each clone of Update. GCC
+// honours __restrict on function parameters only (on local pointers it
+// falls back to run-time alias checks, too many for Adam's seven streams,
+// and leaves the loop scalar): hence functions, not blocks of Update.
+// `w`/`g`/`s*` are read, `*_out` written; n floats each.
+
+inline void SgdLoop(size_t n, const float* __restrict w,
+                    const float* __restrict g, float* __restrict w_out,
+                    float lr) {
+  for (size_t i = 0; i < n; ++i) w_out[i] = w[i] - lr * g[i];
+}
+
+inline void MomentumLoop(size_t n, const float* __restrict w,
+                         const float* __restrict g, const float* __restrict v,
+                         float* __restrict w_out, float* __restrict v_out,
+                         float lr, float mu) {
+  for (size_t i = 0; i < n; ++i) {
+    const float vi = mu * v[i] + g[i];
+    v_out[i] = vi;
+    w_out[i] = w[i] - lr * vi;
+  }
+}
+
+inline void AdaGradLoop(size_t n, const float* __restrict w,
+                        const float* __restrict g, const float* __restrict h,
+                        float* __restrict w_out, float* __restrict h_out,
+                        float lr, float eps) {
+  for (size_t i = 0; i < n; ++i) {
+    const float hi = h[i] + g[i] * g[i];
+    h_out[i] = hi;
+    w_out[i] = w[i] - lr * g[i] / (std::sqrt(hi) + eps);
+  }
+}
+
+// step_size = lr / (1 - b1^t), inv_sqrt_c2 = 1 / sqrt(1 - b2^t): the bias
+// corrections hoisted out of the loop (as PyTorch does), leaving one
+// division and one square root an element.
+inline void AdamLoop(size_t n, const float* __restrict w,
+                     const float* __restrict g, const float* __restrict m,
+                     const float* __restrict v, float* __restrict w_out,
+                     float* __restrict m_out, float* __restrict v_out, float b1,
+                     float b2, float eps, float step_size, float inv_sqrt_c2) {
+  for (size_t i = 0; i < n; ++i) {
+    const float mi = b1 * m[i] + (1.0f - b1) * g[i];
+    const float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    m_out[i] = mi;
+    v_out[i] = vi;
+    w_out[i] = w[i] - step_size * mi / (std::sqrt(vi) * inv_sqrt_c2 + eps);
+  }
+}
+
+}  // namespace
+
 TETHER_VECTOR_CLONES bool Optimizer::Update(
     std::span<const float> weights, std::span<const float> slots,
     std::span<const float> grad, std::span<float> out_weights,
@@ -66,61 +122,34 @@ TETHER_VECTOR_CLONES bool Optimizer::Update(
   assert(slots.size() == static_cast<size_t>(slots_per_weight()) * n);
   assert(out_slots.size() == slots.size());
   const float lr = options_.lr * lr_scale;
-  const float* __restrict w = weights.data();
-  const float* __restrict g = grad.data();
-  float* __restrict w_out = out_weights.data();
+  const float* w = weights.data();
+  const float* g = grad.data();
+  float* w_out = out_weights.data();
+  const float* s = slots.data();
+  float* s_out = out_slots.data();
 
   switch (options_.kind) {
     case OptimizerKind::kSgd:
-      for (size_t i = 0; i < n; ++i) w_out[i] = w[i] - lr * g[i];
+      SgdLoop(n, w, g, w_out, lr);
       break;
-
-    case OptimizerKind::kMomentum: {
-      const float mu = options_.momentum;
-      const float* __restrict v = slots.data();
-      float* __restrict v_out = out_slots.data();
-      for (size_t i = 0; i < n; ++i) {
-        const float vi = mu * v[i] + g[i];
-        v_out[i] = vi;
-        w_out[i] = w[i] - lr * vi;
-      }
+    case OptimizerKind::kMomentum:
+      MomentumLoop(n, w, g, s, w_out, s_out, lr, options_.momentum);
       break;
-    }
-
-    case OptimizerKind::kAdaGrad: {
-      const float eps = options_.epsilon;
-      const float* __restrict h = slots.data();
-      float* __restrict h_out = out_slots.data();
-      for (size_t i = 0; i < n; ++i) {
-        const float hi = h[i] + g[i] * g[i];
-        h_out[i] = hi;
-        w_out[i] = w[i] - lr * g[i] / (std::sqrt(hi) + eps);
-      }
+    case OptimizerKind::kAdaGrad:
+      AdaGradLoop(n, w, g, s, w_out, s_out, lr, options_.epsilon);
       break;
-    }
-
     case OptimizerKind::kAdam: {
-      const float b1 = options_.beta1;
-      const float b2 = options_.beta2;
-      const float eps = options_.epsilon;
       // Step 0 would divide by zero below; callers count from 1, so treat a
       // stray 0 as the first step rather than poison the weights with NaN.
       const double t = static_cast<double>(std::max<uint64_t>(step, 1));
       // In double because b^t for large t and b close to 1 loses most of its
       // digits in float; the per-element work stays in float.
-      const float c1 = static_cast<float>(1.0 - std::pow(double{b1}, t));
-      const float c2 = static_cast<float>(1.0 - std::pow(double{b2}, t));
-      const float* __restrict m = slots.data();
-      const float* __restrict v = slots.data() + n;
-      float* __restrict m_out = out_slots.data();
-      float* __restrict v_out = out_slots.data() + n;
-      for (size_t i = 0; i < n; ++i) {
-        const float mi = b1 * m[i] + (1.0f - b1) * g[i];
-        const float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-        m_out[i] = mi;
-        v_out[i] = vi;
-        w_out[i] = w[i] - lr * (mi / c1) / (std::sqrt(vi / c2) + eps);
-      }
+      const double c1 = 1.0 - std::pow(double{options_.beta1}, t);
+      const double c2 = 1.0 - std::pow(double{options_.beta2}, t);
+      AdamLoop(n, w, g, s, s + n, w_out, s_out, s_out + n, options_.beta1,
+               options_.beta2, options_.epsilon,
+               static_cast<float>(double{lr} / c1),
+               static_cast<float>(1.0 / std::sqrt(c2)));
       break;
     }
   }

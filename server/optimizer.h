@@ -80,7 +80,8 @@ class Optimizer {
   //   momentum: v = momentum * v + g;        w -= lr * v
   //   adagrad:  h += g * g;                  w -= lr * g / (sqrt(h) + eps)
   //   adam:     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
-  //             w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+  //             w -= a * m / (sqrt(v) * r + eps), where a = lr / (1 - b1^t)
+  //             and r = 1 / sqrt(1 - b2^t) (PyTorch's hoisted form)
   void Apply(std::span<float> weights, std::span<float> slots,
              std::span<const float> grad, uint64_t step,
              float lr_scale = 1.0f) const;

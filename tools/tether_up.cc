@@ -39,8 +39,8 @@ namespace {
 // help and types (server/settings_fields.h): shard 0 gets them, every shard
 // --shards.
 constexpr std::string_view kServerFlags[] = {
-    "shards", "workers",          "seed",  "optimizer",
-    "lr",     "checkpoint-every", "record"};
+    "shards", "workers",          "seed",   "optimizer",
+    "lr",     "checkpoint-every", "record", "backup-workers"};
 
 static_assert(std::ranges::all_of(kServerFlags,
                                   [](std::string_view flag) {
@@ -54,6 +54,10 @@ bool IsServerFlag(const SettingField& field) {
   }
   return false;
 }
+
+// --chunk-rows -1 with a slowed worker: about 30 steps of 64 rows, so that
+// a straggler's chunk in hand is small next to what the fast ones take.
+constexpr int kAutoChunkRows = 2000;
 
 // tether-up's defaults for them.
 RunSettings UpRunDefaults() {
@@ -96,8 +100,15 @@ struct UpOptions {
   // HOST:PORT of a running run's coordinator: start --workers more workers
   // for it (they take free ranks) instead of a cluster of its own.
   std::string join;
-  int threads = 1;                      // compute threads per worker
-  int gpu_workers = 0;                  // the first N ranks use --device cuda
+  int threads = 1;  // compute threads per worker
+  // Workers' --chunk-rows: chunks of N rows from shard 0 (the fast take
+  // over a straggler's rows); 0: fixed shares; -1 (auto): chunks of
+  // kAutoChunkRows when a worker is slowed, fixed shares otherwise --
+  // resolved when the run starts and saved so, so that a resumed or
+  // replayed run keeps it whatever its own --slow.
+  int chunk_rows = -1;
+  int eval_every = 200;  // rank 0 evaluates every K clocks (--target-accuracy)
+  int gpu_workers = 0;   // the first N ranks use --device cuda
   std::string http = "127.0.0.1:8080";  // shard 0's dashboard; off: none
   // Seconds to keep the shards and the dashboard up after training; -1:
   // until Ctrl-C.
@@ -152,6 +163,10 @@ const std::vector<RunFlag>& RunFlags() {
         {"target-accuracy", false,
          [](auto& o) { return NumberText(o.target_accuracy); }},
         {"threads", false, [](auto& o) { return std::to_string(o.threads); }},
+        {"chunk-rows", true,
+         [](auto& o) { return std::to_string(o.chunk_rows); }},
+        {"eval-every", false,
+         [](auto& o) { return std::to_string(o.eval_every); }},
         {"gpu-workers", false,
          [](auto& o) { return std::to_string(o.gpu_workers); }},
     };
@@ -396,6 +411,8 @@ Status Launcher::StartWorkers() {
           std::string("--epochs"), std::to_string(o_.epochs),
           std::string("--batch"), std::to_string(o_.batch),
           std::string("--threads"), std::to_string(o_.threads),
+          std::string("--chunk-rows"), std::to_string(o_.chunk_rows),
+          std::string("--eval-every"), std::to_string(o_.eval_every),
           std::string("--quiet")}) {
       argv.push_back(arg);
     }
@@ -581,10 +598,14 @@ void Launcher::StopAll() {
 int Launcher::Run() {
   std::printf(
       "tether-up: %d shards, %d workers (%d slowed %.1fx), staleness %d, "
-      "model %s on %s, %d epochs\nlogs: %s\n",
+      "model %s on %s, %d epochs, %s\nlogs: %s\n",
       o_.run.num_shards, o_.run.num_workers, o_.slow, o_.slowdown, o_.staleness,
       (o_.python_model.empty() ? o_.model : o_.python_model).c_str(),
-      o_.data.c_str(), o_.epochs, o_.log_dir.c_str());
+      o_.data.c_str(), o_.epochs,
+      o_.chunk_rows > 0
+          ? ("chunks of " + std::to_string(o_.chunk_rows) + " rows").c_str()
+          : "fixed shares",
+      o_.log_dir.c_str());
   if (!WriteSummary("starting", nullptr).ok()) return 1;
   Status s = Status::Ok();
   if (o_.join.empty()) {
@@ -816,6 +837,14 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddDouble("target-accuracy", &o.target_accuracy,
               "test accuracy the run must reach to exit 0");
   p.AddInt("threads", &o.threads, "compute threads per worker");
+  p.AddInt("chunk-rows", &o.chunk_rows,
+           "workers take chunks of N rows of each epoch from shard 0 (the "
+           "fast train a straggler's rows); 0: fixed shares; -1: chunks of "
+           "2000 when a worker is slowed (--slow, --slowdown > 1; not "
+           "sparse-lr), fixed shares otherwise");
+  p.AddInt("eval-every", &o.eval_every,
+           "rank 0 evaluates on the test set every K clocks (when the run "
+           "first reaches --target-accuracy); 0: only at the end");
   p.AddInt("gpu-workers", &o.gpu_workers,
            "how many workers (the first ranks) compute on the GPU "
            "(--device cuda)");
@@ -1008,6 +1037,8 @@ std::optional<int> TakeManifest(UpOptions* o) {
       number("epochs", &o->epochs);
       number("batch", &o->batch);
       number("threads", &o->threads);
+      number("chunk_rows", &o->chunk_rows);
+      number("eval_every", &o->eval_every);
       text("model", &o->model);
       text("data", &o->data);
     }
@@ -1153,6 +1184,18 @@ int Main(int argc, char** argv) {
                  "<= --workers, --slowdown >= 1, 0 <= --gpu-workers <= "
                  "--workers\n";
     return 2;
+  }
+  if (o.chunk_rows < -1) {
+    std::cerr << "tether-up: --chunk-rows " << o.chunk_rows
+              << ": need N >= 0 rows, or -1 (chunks when a worker is "
+                 "slowed)\n";
+    return 2;
+  }
+  if (o.chunk_rows == -1) {
+    // sparse-lr streams its LIBSVM file: fixed shares only.
+    o.chunk_rows = o.slow > 0 && o.slowdown > 1 && o.model != "sparse-lr"
+                       ? kAutoChunkRows
+                       : 0;
   }
   if (o.join.empty()) SaveFlags(o);
   InitLogging("tether-up", LogLevel::kError);

@@ -16,28 +16,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Issues `start(i, done)` for every parameter i at once and waits for all;
-// returns the first error.
+// Issues `start(i, done)` for every parameter i at once; the futures of
+// their statuses.
 template <typename Start>
-Status ForEachParamAtOnce(size_t params, Start start) {
+std::vector<std::future<Status>> StartEachParam(size_t params, Start start) {
   std::vector<std::future<Status>> parts;
   for (size_t i = 0; i < params; ++i) {
     auto promise = std::make_shared<std::promise<Status>>();
     parts.push_back(promise->get_future());
     start(i, [promise](const Status& s) { promise->set_value(s); });
   }
+  return parts;
+}
+
+// Waits for every part; returns the first error.
+Status WaitForAll(std::vector<std::future<Status>> parts) {
   Status first;
   for (auto& p : parts) {
     Status s = p.get();
     if (first.ok()) first = s;
   }
   return first;
-}
-
-Status PushAll(Client& client, const DenseModel& model) {
-  return ForEachParamAtOnce(model.specs().size(), [&](size_t i, auto done) {
-    client.PushAsync(model.specs()[i].name, model.grads()[i], done);
-  });
 }
 
 class DenseTrainer {
@@ -83,6 +82,11 @@ class DenseTrainer {
 
   // Pull, compute and push one batch; RunTrainingLoop clocks.
   Status Step(std::span<const uint32_t> rows, int epoch) {
+    // A step repeated after a lost shard: the last attempt's pushes may
+    // still read the gradients from their buffers; their outcome no longer
+    // matters.
+    (void)WaitForAll(std::move(pushes_));
+    pushes_.clear();
     const int n = static_cast<int>(rows.size());
     const size_t f = train_.features;
     for (int i = 0; i < n; ++i) {
@@ -99,15 +103,24 @@ class DenseTrainer {
                             model_.Step(batch_x_.data(), batch_y_.data(), n));
     SlowDown(o_.slowdown, SecondsSince(compute_start));
     TETHER_RETURN_IF_ERROR(CheckLoss(loss, client_, epoch));
-    TETHER_RETURN_IF_ERROR(ToleratingRefused(PushAll(client_, model_), client_,
-                                             &rejected_pushes_));
+    // Sent, not awaited: the clock follows them on every connection at
+    // once, and its acknowledgements come after theirs (a shard answers a
+    // connection in order). AfterClock collects them.
+    pushes_ = StartEachParam(model_.specs().size(), [&](size_t i, auto done) {
+      client_.PushAsync(model_.specs()[i].name, model_.grads()[i], done);
+    });
     step_samples_ = n;
     step_loss_ = loss;
     return Status::Ok();
   }
 
-  // After the batch's clock: count it, report and evaluate when due.
+  // After the batch's clock: its pushes' outcome (a refused one is
+  // counted and dropped), then count it, report and evaluate when due.
   Status AfterClock(int epoch) {
+    Status pushed = WaitForAll(std::move(pushes_));
+    pushes_.clear();
+    TETHER_RETURN_IF_ERROR(
+        ToleratingRefused(pushed, client_, &rejected_pushes_));
     if (step_samples_ > 0) reporter_.AddStep(step_samples_, step_loss_);
     step_samples_ = 0;  // counted once, though a lost shard repeats this
     if (reporter_.EvalDue() && test_ != nullptr) {
@@ -125,6 +138,8 @@ class DenseTrainer {
   const DenseDataset* test_;
   Reporter reporter_;
   uint64_t rejected_pushes_ = 0;
+  // The batch's pushes, sent before its clock and collected after it.
+  std::vector<std::future<Status>> pushes_;
   std::vector<float> batch_x_;
   std::vector<int32_t> batch_y_;
   // The batch Step computed, counted by AfterClock once it is clocked.
@@ -135,9 +150,10 @@ class DenseTrainer {
 }  // namespace
 
 Status PullAll(Client& client, DenseModel& model) {
-  return ForEachParamAtOnce(model.specs().size(), [&](size_t i, auto done) {
-    client.PullAsync(model.specs()[i].name, model.weights()[i], done);
-  });
+  return WaitForAll(
+      StartEachParam(model.specs().size(), [&](size_t i, auto done) {
+        client.PullAsync(model.specs()[i].name, model.weights()[i], done);
+      }));
 }
 
 Status RunDenseTrainer(const TrainerOptions& options, Client& client,

@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
            "share (a faster worker trains on more); 0: fixed share");
   p.AddBool("evaluate-only", &o.evaluate_only,
             "pull the weights as an observer, print test accuracy, exit");
+  p.AddBool("compute-only", &o.compute_only,
+            "no cluster: time the model's forward and backward passes over "
+            "--epochs of --data alone, print the samples/s, exit");
   p.AddBool("compare-device", &o.compare_device,
             "pull the weights as an observer; compare --device against the "
             "CPU on the first --batch training rows (loss, gradients) and "

@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "worker/model.h"
 #include "worker/signals.h"
 #include "worker/sparse_trainer.h"
+#include "worker/train_step.h"
 
 namespace tether {
 namespace {
@@ -167,11 +169,43 @@ Status CompareDevices(const TrainerOptions& o, DenseModel& model,
   return Status::Ok();
 }
 
+// --compute-only: forward and backward over --epochs of `train` in batches
+// of --batch, in the order a worker's share would take them, with no
+// client; slowdown included, as a worker would sleep.
+Status ComputeOnly(const TrainerOptions& o, DenseModel& model,
+                   const DenseDataset& train) {
+  const size_t f = train.features;
+  std::vector<float> x(size_t(o.batch) * f);
+  std::vector<int32_t> y(o.batch);
+  uint64_t samples = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    for (size_t first = 0; first < train.rows; first += o.batch) {
+      const int n = int(std::min<size_t>(o.batch, train.rows - first));
+      std::copy_n(train.x.data() + first * f, n * f, x.data());
+      std::copy_n(train.y.data() + first, n, y.data());
+      const auto step_start = std::chrono::steady_clock::now();
+      TETHER_RETURN_IF_ERROR(model.Step(x.data(), y.data(), n).status());
+      SlowDown(o.slowdown, SecondsSince(step_start));
+      samples += n;
+    }
+  }
+  const double seconds = SecondsSince(start);
+  std::printf("compute-only samples/s %.0f (%llu samples in %.2f s, %s)\n",
+              double(samples) / seconds,
+              static_cast<unsigned long long>(samples), seconds,
+              model.device().c_str());
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckTrainerOptions(const TrainerOptions& o) {
-  TETHER_RETURN_IF_ERROR(
-      ParseHostPort(o.coordinator, "--coordinator").status());
+  if (!o.compute_only) {
+    TETHER_RETURN_IF_ERROR(
+        ParseHostPort(o.coordinator, "--coordinator").status());
+  }
   if (o.connect_timeout_ms < 0) {
     return InvalidArgument("--connect-timeout-ms: must be >= 0");
   }
@@ -191,9 +225,11 @@ Status CheckTrainerOptions(const TrainerOptions& o) {
       return InvalidArgument("--device " + o.device +
                              ": sparse-lr computes on the CPU only");
     }
-    if (o.evaluate_only || o.compare_device) {
+    if (o.evaluate_only || o.compare_device || o.compute_only) {
       return InvalidArgument(std::string(o.evaluate_only ? "--evaluate-only"
-                                                         : "--compare-device") +
+                                         : o.compare_device
+                                             ? "--compare-device"
+                                             : "--compute-only") +
                              ": dense models only");
     }
     if (o.chunk_rows > 0) {
@@ -292,6 +328,7 @@ Status RunTrainer(const TrainerOptions& o) {
     std::fflush(stdout);
   }
   if (o.evaluate_only) return EvaluateOnly(o, *model, *test);
+  if (o.compute_only) return ComputeOnly(o, *model, *train);
   if (o.compare_device) {
     TETHER_ASSIGN_OR_RETURN(
         auto cpu,

@@ -42,6 +42,11 @@ struct TrainerOptions {
   // and through the CPU backend (one batch's loss and gradients, the test
   // evaluation); fails when they differ beyond float accuracy.
   bool compare_device = false;
+  // --compute-only: no cluster: the model's forward and backward passes on
+  // --epochs of --data alone (weights as initialized, not updated), then
+  // "compute-only samples/s X": the speed a worker would have with no
+  // communication (tools/bench/worker_efficiency).
+  bool compute_only = false;
   bool quiet = false;  // --quiet: no progress line
   // --connect-timeout-ms: how long to keep dialling a shard that refuses
   // or whose host name does not resolve yet.

@@ -168,46 +168,92 @@ TEST(Optimizer, ParseRejectsUnknownNameNamingIt) {
       << parsed.status().message();
 }
 
-// The update loops run vectorized (SSE2 or AVX2, picked by the CPU); every
-// element must still be exactly what the formula gives one at a time, so a
-// shard's weights do not depend on the machine it runs on. 1003 weights:
-// whole vectors and a tail.
-TEST(Optimizer, VectorizedAdamIsBitIdenticalToTheFormulaPerElement) {
-  const size_t n = 1003;
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> w(n), g(n), slots(2 * n);
-  for (float& x : w) x = normal(rng);
-  for (float& x : g) x = normal(rng);
-  for (size_t i = 0; i < n; ++i) {
-    slots[i] = 0.1f * normal(rng);
-    slots[n + i] = std::abs(0.01f * normal(rng));
+// The scalar reference: one element at a time, every intermediate forced
+// to float (volatile), in the order optimizer.h gives the formulas.
+struct Element {
+  float w, s0, s1;
+};
+Element Reference(const OptimizerOptions& o, float lr_scale, uint64_t step,
+                  float w, float s0, float s1, float g) {
+  volatile float lr = o.lr * lr_scale;
+  switch (o.kind) {
+    case OptimizerKind::kSgd: {
+      volatile float step_w = lr * g;
+      return {w - step_w, 0, 0};
+    }
+    case OptimizerKind::kMomentum: {
+      volatile float v = o.momentum * s0 + g;
+      volatile float step_w = lr * v;
+      return {w - step_w, v, 0};
+    }
+    case OptimizerKind::kAdaGrad: {
+      volatile float h = s0 + g * g;
+      volatile float denom = std::sqrt(static_cast<float>(h)) + o.epsilon;
+      volatile float step_w = lr * g;
+      return {w - step_w / denom, h, 0};
+    }
+    case OptimizerKind::kAdam: {
+      const double t = static_cast<double>(step);
+      const float step_size =
+          static_cast<float>(double{lr} / (1.0 - std::pow(double{o.beta1}, t)));
+      const float inv_sqrt_c2 = static_cast<float>(
+          1.0 / std::sqrt(1.0 - std::pow(double{o.beta2}, t)));
+      volatile float m = o.beta1 * s0 + (1.0f - o.beta1) * g;
+      volatile float v = o.beta2 * s1 + (1.0f - o.beta2) * g * g;
+      volatile float root = std::sqrt(static_cast<float>(v));
+      volatile float denom = root * inv_sqrt_c2 + o.epsilon;
+      volatile float step_w = step_size * m;
+      return {w - step_w / denom, m, v};
+    }
   }
-  OptimizerOptions o;
-  o.kind = OptimizerKind::kAdam;
-  o.lr = 0.001f;
-  const Optimizer opt(o);
-  std::vector<float> w_out(n), slots_out(2 * n);
-  const uint64_t step = 5;
-  ASSERT_TRUE(opt.Update(w, slots, g, w_out, slots_out, step, 1.0f));
+  return {};
+}
 
-  const float c1 = static_cast<float>(1.0 - std::pow(double{o.beta1}, 5.0));
-  const float c2 = static_cast<float>(1.0 - std::pow(double{o.beta2}, 5.0));
-  const float b1 = o.beta1, b2 = o.beta2;
-  for (size_t i = 0; i < n; ++i) {
-    volatile float mi = b1 * slots[i] + (1.0f - b1) * g[i];
-    volatile float vi = b2 * slots[n + i] + (1.0f - b2) * g[i] * g[i];
-    volatile float wi =
-        w[i] - o.lr * (mi / c1) / (std::sqrt(vi / c2) + o.epsilon);
-    ASSERT_EQ(std::bit_cast<uint32_t>(slots_out[i]),
-              std::bit_cast<uint32_t>(static_cast<float>(mi)))
-        << "m at " << i;
-    ASSERT_EQ(std::bit_cast<uint32_t>(slots_out[n + i]),
-              std::bit_cast<uint32_t>(static_cast<float>(vi)))
-        << "v at " << i;
-    ASSERT_EQ(std::bit_cast<uint32_t>(w_out[i]),
-              std::bit_cast<uint32_t>(static_cast<float>(wi)))
-        << "w at " << i;
+// The update loops run vectorized (SSE2, AVX2 or AVX-512, picked by the
+// CPU); every element of every optimizer must still be exactly what the
+// formula gives one at a time, so a shard's weights do not depend on the
+// machine it runs on. 1003 weights: whole vectors of every width and a
+// tail.
+TEST(Optimizer, VectorizedLoopsAreBitIdenticalToTheScalarReference) {
+  const size_t n = 1003;
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum,
+                             OptimizerKind::kAdaGrad, OptimizerKind::kAdam}) {
+    SCOPED_TRACE(OptimizerName(kind));
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    OptimizerOptions o;
+    o.kind = kind;
+    o.lr = 0.001f;
+    const Optimizer opt(o);
+    const size_t k = static_cast<size_t>(opt.slots_per_weight());
+    std::vector<float> w(n), g(n), slots(k * n);
+    for (float& x : w) x = normal(rng);
+    for (float& x : g) x = normal(rng);
+    for (size_t i = 0; i < k * n; ++i) {
+      // Second moments and AdaGrad's sums are not negative.
+      const bool square = kind == OptimizerKind::kAdaGrad || i >= n;
+      slots[i] = square ? std::abs(0.01f * normal(rng)) : 0.1f * normal(rng);
+    }
+    std::vector<float> w_out(n), slots_out(k * n);
+    const uint64_t step = 5;
+    const float lr_scale = 0.75f;
+    ASSERT_TRUE(opt.Update(w, slots, g, w_out, slots_out, step, lr_scale));
+    for (size_t i = 0; i < n; ++i) {
+      const Element e = Reference(o, lr_scale, step, w[i], k > 0 ? slots[i] : 0,
+                                  k > 1 ? slots[n + i] : 0, g[i]);
+      ASSERT_EQ(std::bit_cast<uint32_t>(w_out[i]), std::bit_cast<uint32_t>(e.w))
+          << "w at " << i;
+      if (k > 0) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(slots_out[i]),
+                  std::bit_cast<uint32_t>(e.s0))
+            << "slot 0 at " << i;
+      }
+      if (k > 1) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(slots_out[n + i]),
+                  std::bit_cast<uint32_t>(e.s1))
+            << "slot 1 at " << i;
+      }
+    }
   }
 }
 

@@ -1,0 +1,27 @@
+// The median and 99th percentile of a benchmark's samples, shared by the
+// latency benchmarks (tether-bench-latency, tether-bench-tcp --ping).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+namespace tether::bench {
+
+struct Percentiles {
+  double median = 0;
+  double p99 = 0;
+};
+
+// Nearest-rank percentiles; zeros for no samples. Sorts `samples`.
+inline Percentiles Summarize(std::vector<double>& samples) {
+  if (samples.empty()) return {};
+  std::sort(samples.begin(), samples.end());
+  auto rank = [&](double q) {
+    size_t i = static_cast<size_t>(q * static_cast<double>(samples.size()));
+    return samples[std::min(i, samples.size() - 1)];
+  };
+  return {rank(0.5), rank(0.99)};
+}
+
+}  // namespace tether::bench
