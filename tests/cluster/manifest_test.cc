@@ -18,30 +18,14 @@ namespace json = boost::json;
 
 // 60000 rows / 2 workers / batch 200 = 150 clocks: the last round is the
 // end of the run.
-const std::vector<std::string> kRun = {"--shards",
-                                       "2",
-                                       "--workers",
-                                       "2",
-                                       "--staleness",
-                                       "0",
-                                       "--epochs",
-                                       "1",
-                                       "--batch",
-                                       "200",
-                                       "--slow",
-                                       "1",
-                                       "--slowdown",
-                                       "2",
-                                       "--seed",
-                                       "97",
-                                       "--optimizer",
-                                       "momentum",
-                                       "--lr",
-                                       "0.05",
-                                       "--checkpoint-every",
-                                       "75",
-                                       "--target-accuracy",
-                                       "0"};
+const std::vector<std::string> kRun = {
+    "--shards", "2", "--workers", "2", "--staleness", "0", "--epochs", "1",
+    "--batch", "200", "--slow", "1", "--slowdown", "2", "--seed", "97",
+    "--optimizer", "momentum", "--lr", "0.05", "--checkpoint-every", "75",
+    "--target-accuracy", "0",
+    // Fixed shares: chunks go to whoever
+    // asks first, which timing decides.
+    "--chunk-rows", "0"};
 
 int TetherUp(const std::string& dir, const std::vector<std::string>& flags) {
   std::vector<std::string> argv = {TETHER_UP_BIN, "--http", "127.0.0.1:0",
