@@ -840,8 +840,8 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddInt("chunk-rows", &o.chunk_rows,
            "workers take chunks of N rows of each epoch from shard 0 (the "
            "fast train a straggler's rows); 0: fixed shares; -1: chunks of "
-           "2000 when a worker is slowed (--slow, --slowdown > 1; not "
-           "sparse-lr), fixed shares otherwise");
+           "2000 when a worker is slowed (--slow, --slowdown > 1) and the "
+           "model is built in (mlp, softmax), fixed shares otherwise");
   p.AddInt("eval-every", &o.eval_every,
            "rank 0 evaluates on the test set every K clocks (when the run "
            "first reaches --target-accuracy); 0: only at the end");
@@ -1192,8 +1192,11 @@ int Main(int argc, char** argv) {
     return 2;
   }
   if (o.chunk_rows == -1) {
-    // sparse-lr streams its LIBSVM file: fixed shares only.
-    o.chunk_rows = o.slow > 0 && o.slowdown > 1 && o.model != "sparse-lr"
+    // Built-in dense models only: sparse-lr streams its LIBSVM file; a
+    // chunked run of Python workers was seen to stall for half a minute
+    // at its end (issue 20's note), so they keep fixed shares unless told.
+    o.chunk_rows = o.slow > 0 && o.slowdown > 1 && o.model != "sparse-lr" &&
+                           o.python_model.empty()
                        ? kAutoChunkRows
                        : 0;
   }
