@@ -35,6 +35,7 @@
 #include <rocksdb/iterator.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
+#include <rocksdb/sst_file_writer.h>
 #include <rocksdb/write_batch.h>
 #include <unistd.h>
 
@@ -78,11 +79,6 @@ static_assert(std::endian::native == std::endian::little,
 constexpr const char* kMetaFamily = "meta";
 constexpr const char* kWeightsFamily = "weights";
 constexpr const char* kSlotsFamily = "slots";
-// A round is written in batches of about this many bytes: memory stays
-// bounded next to the snapshot's own copy, and each batch is one WAL record
-// large enough that per-write costs vanish.
-constexpr size_t kBatchBytes = size_t{8} << 20;
-
 std::string Hex(const rocksdb::Slice& s) { return s.ToString(/*hex=*/true); }
 
 uint64_t FloatBytes(size_t n) { return uint64_t{n} * sizeof(float); }
@@ -450,6 +446,39 @@ Status SliceReader::Finish(uint64_t marker_keys) {
 
 }  // namespace
 
+// The files a round's data is written into before the store takes them
+// in (moved, so none is left after a successful round), named after the
+// round in the store's dir; removed when the write fails. A crash leaves
+// them for RemoveIngestLeftovers.
+constexpr char kIngestPrefix[] = "tether-ingest-";
+struct IngestFiles {
+  IngestFiles(const std::string& dir, int64_t round)
+      : weights(Name(dir, round, "weights")),
+        slots(Name(dir, round, "slots")) {}
+  ~IngestFiles() {
+    std::error_code ignored;
+    std::filesystem::remove(weights, ignored);
+    std::filesystem::remove(slots, ignored);
+  }
+  static std::string Name(const std::string& dir, int64_t round,
+                          const char* family) {
+    return dir + "/" + kIngestPrefix + std::to_string(round) + "-" + family +
+           ".sst";
+  }
+  const std::string weights, slots;
+};
+
+// Removes the data files a crashed round write left in `dir`.
+void RemoveIngestLeftovers(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().starts_with(kIngestPrefix)) {
+      std::error_code ignored;
+      std::filesystem::remove(e.path(), ignored);
+    }
+  }
+}
+
 struct CheckpointStore::Impl {
   // Constant after Open.
   OpenDb rocks;
@@ -459,13 +488,20 @@ struct CheckpointStore::Impl {
   Mutex mu;
   std::string last_write_error TETHER_GUARDED_BY(mu);
 
+  // Whether a batch's write waits for the write-ahead log to be synced.
+  enum class Log { kAsync, kSync };
+
   // Writes `batch`, remembering a failure so that later calls can say why
   // the store stopped.
   Status Write(const std::string& where, const std::string& doing,
-               rocksdb::WriteBatch* batch, bool sync = false) {
+               rocksdb::WriteBatch* batch, Log log = Log::kAsync) {
     rocksdb::WriteOptions options;
-    options.sync = sync;
-    rocksdb::Status s = db()->Write(options, batch);
+    options.sync = log == Log::kSync;
+    return Failed(where, doing, db()->Write(options, batch));
+  }
+
+  Status Failed(const std::string& where, const std::string& doing,
+                const rocksdb::Status& s) {
     if (s.ok()) return Status::Ok();
     MutexLock lock(&mu);
     last_write_error = s.ToString();
@@ -498,14 +534,31 @@ struct CheckpointStore::Impl {
   }
   // Every shard key (data, header, marker, announcement) of rounds in
   // [from, to); records are left alone.
-  void DeleteRounds(rocksdb::WriteBatch* batch, int64_t from,
-                    int64_t to) const {
+  // With `data` false, only their meta keys (the data families are known
+  // to hold none of those rounds).
+  void DeleteRounds(rocksdb::WriteBatch* batch, int64_t from, int64_t to,
+                    bool data = true) const {
     const std::string a = RoundKey(from), b = RoundKey(to);
-    batch->DeleteRange(weights(), a, b).PermitUncheckedError();
-    batch->DeleteRange(slots(), a, b).PermitUncheckedError();
+    if (data) {
+      batch->DeleteRange(weights(), a, b).PermitUncheckedError();
+      batch->DeleteRange(slots(), a, b).PermitUncheckedError();
+    }
     for (char tag : {kHeaderTag, kMarkerTag, kAnnouncedTag}) {
       DeleteMetaRange(batch, tag, from, to);
     }
+  }
+
+  // Whether the weights or slots family holds any key of `round`.
+  bool HasData(int64_t round) const {
+    const std::string prefix = RoundKey(round);
+    for (rocksdb::ColumnFamilyHandle* family : {weights(), slots()}) {
+      std::unique_ptr<rocksdb::Iterator> it(
+          db()->NewIterator(rocksdb::ReadOptions(), family));
+      it->Seek(prefix);
+      if (!it->status().ok()) return true;  // deleted to be safe
+      if (it->Valid() && it->key().starts_with(prefix)) return true;
+    }
+    return false;
   }
 
   // `round`'s header and marker: kNotFound without a marker (the round is
@@ -731,6 +784,7 @@ Result<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(
   }
   rocksdb::Status s = impl->rocks.Open(options, dir, /*read_only=*/false);
   if (!s.ok()) return IoError(where, "cannot open", s);
+  RemoveIngestLeftovers(dir);
   return std::unique_ptr<CheckpointStore>(
       new CheckpointStore(dir, std::move(impl)));
 }
@@ -769,70 +823,109 @@ Result<uint64_t> CheckpointStore::WriteShard(const ShardSnapshot& snapshot) {
   TETHER_RETURN_IF_ERROR(CheckFits(where, snapshot));
   TETHER_RETURN_IF_ERROR(impl_->Recover(where));
 
+  // The leftovers of an earlier attempt at this round (a crash, a full
+  // disk) must not mix with this one: deleted in the same batch as the new
+  // header (through the log), so the round is never read half old, half
+  // new.
+  // Data leftovers are rare (a crash after the store took in the data
+  // files), and deleting a range that holds none would cost a file of
+  // tombstones and a flush before the new files can be taken in.
   rocksdb::WriteBatch batch;
-  uint64_t bytes = 0, keys = 0;
-  Status failed;
-  auto flush = [&]() {
-    failed = impl_->Write(where, "write failed", &batch);
-    batch.Clear();
-  };
-  auto put = [&](rocksdb::ColumnFamilyHandle* family, const std::string& key,
-                 rocksdb::SliceParts value, size_t value_bytes) {
-    rocksdb::Slice key_slice(key);
-    batch.Put(family, rocksdb::SliceParts(&key_slice, 1), value)
-        .PermitUncheckedError();
-    bytes += key.size() + value_bytes;
-    ++keys;
-    if (batch.GetDataSize() >= kBatchBytes) flush();
-  };
-
-  // Leftovers of an earlier attempt at this round (a crash, a full disk)
-  // must not mix with this one; deleted in the same batch as the new
-  // header, so the round is never read half old, half new.
-  impl_->DeleteRounds(&batch, round, round + 1);
+  impl_->DeleteRounds(&batch, round, round + 1, impl_->HasData(round));
   const std::string header = checkpoint::HeaderToJson(snapshot);
-  rocksdb::Slice header_slice(header);
-  put(impl_->meta(), MetaKey(kHeaderTag, round),
-      rocksdb::SliceParts(&header_slice, 1), header.size());
+  batch.Put(impl_->meta(), MetaKey(kHeaderTag, round), header)
+      .PermitUncheckedError();
+  uint64_t bytes = 9 + header.size(), keys = 1;
+  TETHER_RETURN_IF_ERROR(impl_->Write(where, "write failed", &batch));
+  batch.Clear();
 
-  auto put_data = [&](const std::string& key, uint64_t step,
-                      std::span<const float> weights,
-                      std::span<const float> slots) {
-    uint64_t step_le = step;
-    rocksdb::Slice parts[2] = {
-        rocksdb::Slice(reinterpret_cast<const char*>(&step_le), 8),
-        rocksdb::Slice(reinterpret_cast<const char*>(weights.data()),
-                       FloatBytes(weights.size()))};
-    put(impl_->weights(), key, rocksdb::SliceParts(parts, 2),
-        8 + FloatBytes(weights.size()));
-    if (slots.empty()) return;
-    rocksdb::Slice slot_slice(reinterpret_cast<const char*>(slots.data()),
-                              FloatBytes(slots.size()));
-    put(impl_->slots(), key, rocksdb::SliceParts(&slot_slice, 1),
-        FloatBytes(slots.size()));
+  // The data is written once: each family's keys into one SST file of its
+  // own, in key order, synced, then ingested whole (moved into the store,
+  // not copied). Through the write-ahead log and the memtables every byte
+  // was written twice, and a round ran at about half a sequential write.
+  // A crash before the ingestion leaves a file the next Open removes.
+  struct Entry {
+    std::string key;
+    uint64_t step;
+    std::span<const float> weights, slots;
   };
+  std::vector<Entry> entries;
   for (const TensorSnapshot& t : snapshot.tensors) {
     for (const TensorSnapshot::Block& b : t.blocks) {
-      put_data(BlockKey(round, t.id, b.index), b.step, b.Weights(), b.Slots());
-      if (!failed.ok()) return failed;
+      entries.push_back(
+          {BlockKey(round, t.id, b.index), b.step, b.Weights(), b.Slots()});
     }
   }
   for (const TableSnapshot& t : snapshot.tables) {
     for (const TableSnapshot::Row& r : t.rows) {
-      put_data(RowKey(round, t.id, r.key), r.step, r.weights, r.slots);
-      if (!failed.ok()) return failed;
+      entries.push_back(
+          {RowKey(round, t.id, r.key), r.step, r.weights, r.slots});
     }
   }
-  if (batch.Count() > 0) flush();
-  if (!failed.ok()) return failed;
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.key < b.key; });
+  IngestFiles files(dir_, round);
+  rocksdb::Options options(BaseOptions(dir_), DataFamilyOptions());
+  rocksdb::SstFileWriter weights_file(rocksdb::EnvOptions(), options,
+                                      impl_->weights());
+  rocksdb::SstFileWriter slots_file(rocksdb::EnvOptions(), options,
+                                    impl_->slots());
+  auto failed = [&](const rocksdb::Status& st) {
+    return impl_->Failed(where, "writing the round's data files", st);
+  };
+  bool has_slots = false;
+  for (const Entry& e : entries) has_slots = has_slots || !e.slots.empty();
+  if (!entries.empty()) {
+    TETHER_RETURN_IF_ERROR(failed(weights_file.Open(files.weights)));
+  }
+  if (has_slots) TETHER_RETURN_IF_ERROR(failed(slots_file.Open(files.slots)));
+  std::string value;
+  for (const Entry& e : entries) {
+    uint64_t step_le = e.step;
+    value.assign(reinterpret_cast<const char*>(&step_le), 8);
+    value.append(reinterpret_cast<const char*>(e.weights.data()),
+                 FloatBytes(e.weights.size()));
+    TETHER_RETURN_IF_ERROR(failed(weights_file.Put(e.key, value)));
+    bytes += e.key.size() + value.size();
+    ++keys;
+    if (e.slots.empty()) continue;
+    TETHER_RETURN_IF_ERROR(failed(slots_file.Put(
+        e.key, rocksdb::Slice(reinterpret_cast<const char*>(e.slots.data()),
+                              FloatBytes(e.slots.size())))));
+    bytes += e.key.size() + FloatBytes(e.slots.size());
+    ++keys;
+  }
+  std::vector<rocksdb::IngestExternalFileArg> ingest;
+  auto add = [&](rocksdb::SstFileWriter& file, rocksdb::ColumnFamilyHandle* cf,
+                 const std::string& path) {
+    rocksdb::IngestExternalFileArg& arg = ingest.emplace_back();
+    arg.column_family = cf;
+    arg.external_files = {path};
+    arg.options.move_files = true;
+    return file.Finish();
+  };
+  if (!entries.empty()) {
+    TETHER_RETURN_IF_ERROR(
+        failed(add(weights_file, impl_->weights(), files.weights)));
+  }
+  if (has_slots) {
+    TETHER_RETURN_IF_ERROR(
+        failed(add(slots_file, impl_->slots(), files.slots)));
+  }
+  if (!ingest.empty()) {
+    TETHER_RETURN_IF_ERROR(
+        impl_->Failed(where, "taking in the round's data files",
+                      impl_->db()->IngestExternalFiles(ingest)));
+  }
 
-  // Last, and synced: the WAL is sequential, so syncing the marker makes
-  // every batch before it durable too.
+  // Last, and synced: the data is in synced files the store has taken in,
+  // and the log is sequential, so the synced marker comes after everything
+  // before it.
   const std::string marker = checkpoint::MarkerToJson(keys, bytes);
   batch.Put(impl_->meta(), MetaKey(kMarkerTag, round), marker)
       .PermitUncheckedError();
   TETHER_RETURN_IF_ERROR(impl_->Write(where, "writing the completion marker",
-                                      &batch, /*sync=*/true));
+                                      &batch, Impl::Log::kSync));
   return bytes + 9 + marker.size();
 }
 
@@ -873,7 +966,7 @@ Status CheckpointStore::MarkComplete(const RoundRecord& record) {
            checkpoint::RecordToJson(record))
       .PermitUncheckedError();
   return impl_->Write(where, "recording the round complete", &batch,
-                      /*sync=*/true);
+                      Impl::Log::kSync);
 }
 
 Result<std::vector<RoundRecord>> CheckpointStore::CompleteRounds() const {

@@ -16,15 +16,22 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Issues `start(done)`; the future of the status it is done with.
+template <typename Start>
+std::future<Status> StartOne(Start start) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  std::future<Status> done = promise->get_future();
+  start([promise](const Status& s) { promise->set_value(s); });
+  return done;
+}
+
 // Issues `start(i, done)` for every parameter i at once; the futures of
 // their statuses.
 template <typename Start>
 std::vector<std::future<Status>> StartEachParam(size_t params, Start start) {
   std::vector<std::future<Status>> parts;
   for (size_t i = 0; i < params; ++i) {
-    auto promise = std::make_shared<std::promise<Status>>();
-    parts.push_back(promise->get_future());
-    start(i, [promise](const Status& s) { promise->set_value(s); });
+    parts.push_back(StartOne([&](auto done) { start(i, std::move(done)); }));
   }
   return parts;
 }
@@ -62,12 +69,16 @@ class DenseTrainer {
     loop.batch = o_.batch;
     loop.epochs = o_.epochs;
     loop.chunk_rows = o_.chunk_rows;
-    TETHER_RETURN_IF_ERROR(RunTrainingLoop(
+    // The next batch's weights travel right behind this batch's clock.
+    loop.clock_sent = [this] { StartPulls(/*prefetched=*/true); };
+    Status trained = RunTrainingLoop(
         client_, loop,
         [this](std::span<const uint32_t> rows, int epoch) {
           return Step(rows, epoch);
         },
-        [this](int epoch) { return AfterClock(epoch); }));
+        [this](int epoch) { return AfterClock(epoch); });
+    DropPulls();
+    TETHER_RETURN_IF_ERROR(trained);
     // The last evaluation, on the weights as they are now.
     TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
     TETHER_ASSIGN_OR_RETURN(EvalResult eval, Evaluate());
@@ -80,7 +91,46 @@ class DenseTrainer {
     return model_.Evaluate(test_->x.data(), test_->y.data(), test_->rows);
   }
 
-  // Pull, compute and push one batch; RunTrainingLoop clocks.
+  // Starts pulling every parameter into the model's weights, read at this
+  // worker's clock now; `prefetched` when the step that uses them has not
+  // started yet.
+  void StartPulls(bool prefetched) {
+    DropPulls();
+    prefetched_ = prefetched;
+    pulls_ = StartEachParam(model_.specs().size(), [&](size_t i, auto done) {
+      client_.PullAsync(model_.specs()[i].name, model_.weights()[i], done);
+    });
+    pulled_at_ = client_.clock();
+  }
+
+  // Waits for the pulls in flight and forgets them: the weights hold no
+  // pull's values for the step.
+  void DropPulls() {
+    for (auto& p : pulls_) {
+      if (p.valid()) (void)p.get();
+    }
+    pulls_.clear();
+    pulled_at_ = -1;
+  }
+
+  // Waits for the pull of spec i. A prefetched one that failed (a shard
+  // lost after the last batch) is asked again, within the step that is
+  // repeated when the shard is lost.
+  Status AwaitPull(size_t i) {
+    if (i >= pulls_.size() || !pulls_[i].valid()) return Status::Ok();
+    auto start = Clock::now();
+    Status s = pulls_[i].get();
+    if (!s.ok() && prefetched_) {
+      s = client_.Pull(model_.specs()[i].name, model_.weights()[i]);
+    }
+    reporter_.AddWait(SecondsSince(start));
+    return s;
+  }
+
+  // Pull, compute and push one batch; RunTrainingLoop clocks. Layer by
+  // layer: forward starts on a layer as soon as its weights are in, and a
+  // layer's gradients are sent as soon as backward has them, while it goes
+  // on with the layers below.
   Status Step(std::span<const uint32_t> rows, int epoch) {
     // A step repeated after a lost shard: the last attempt's pushes may
     // still read the gradients from their buffers; their outcome no longer
@@ -95,23 +145,50 @@ class DenseTrainer {
                   batch_x_.data() + i * f);
       batch_y_[i] = train_.y[row];
     }
-    auto pull_start = Clock::now();
-    TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
-    reporter_.AddWait(SecondsSince(pull_start));
+    // Weights read at another clock (the worker idled, or was moved ahead)
+    // or none at all (the first batch, a failed pull): pulled now.
+    if (pulled_at_ != client_.clock()) StartPulls(/*prefetched=*/false);
+    StepHooks hooks;
+    hooks.weights_needed = [this](size_t layer) -> Status {
+      TETHER_RETURN_IF_ERROR(AwaitPull(2 * layer));
+      return AwaitPull(2 * layer + 1);
+    };
+    // A diverged model stops before any of its gradients is sent.
+    hooks.loss_known = [this, epoch](float loss) {
+      return CheckLoss(loss, client_, epoch);
+    };
+    // Sent, not awaited: the clock follows them on every connection, and
+    // its acknowledgements come after theirs (a shard answers a connection
+    // in order). AfterClock collects them.
+    // A slowed worker (--slowdown) computes slower: its gradients leave
+    // after its sleep.
+    std::vector<size_t> held;
+    hooks.grads_ready = [this, &held](size_t layer) {
+      if (o_.slowdown > 1) return held.push_back(layer);
+      PushLayer(layer);
+    };
     auto compute_start = Clock::now();
-    TETHER_ASSIGN_OR_RETURN(auto loss,
-                            model_.Step(batch_x_.data(), batch_y_.data(), n));
-    SlowDown(o_.slowdown, SecondsSince(compute_start));
-    TETHER_RETURN_IF_ERROR(CheckLoss(loss, client_, epoch));
-    // Sent, not awaited: the clock follows them on every connection at
-    // once, and its acknowledgements come after theirs (a shard answers a
-    // connection in order). AfterClock collects them.
-    pushes_ = StartEachParam(model_.specs().size(), [&](size_t i, auto done) {
-      client_.PushAsync(model_.specs()[i].name, model_.grads()[i], done);
-    });
+    const double waited_before = reporter_.waited();
+    Result<float> loss =
+        model_.Step(batch_x_.data(), batch_y_.data(), n, hooks);
+    // These weights are this step's; the next needs new ones.
+    DropPulls();
+    if (!loss.ok()) return loss.status();
+    SlowDown(o_.slowdown, SecondsSince(compute_start) -
+                              (reporter_.waited() - waited_before));
+    for (size_t layer : held) PushLayer(layer);
     step_samples_ = n;
-    step_loss_ = loss;
+    step_loss_ = *loss;
     return Status::Ok();
+  }
+
+  // Sends layer `layer`'s gradients (weight and bias), not awaited.
+  void PushLayer(size_t layer) {
+    for (size_t i : {2 * layer, 2 * layer + 1}) {
+      pushes_.push_back(StartOne([&](auto done) {
+        client_.PushAsync(model_.specs()[i].name, model_.grads()[i], done);
+      }));
+    }
   }
 
   // After the batch's clock: its pushes' outcome (a refused one is
@@ -124,6 +201,14 @@ class DenseTrainer {
     if (step_samples_ > 0) reporter_.AddStep(step_samples_, step_loss_);
     step_samples_ = 0;  // counted once, though a lost shard repeats this
     if (reporter_.EvalDue() && test_ != nullptr) {
+      // On the next batch's weights, once they are in.
+      if (pulled_at_ != client_.clock()) StartPulls(/*prefetched=*/true);
+      for (size_t i = 0; i < pulls_.size(); ++i) {
+        if (Status s = AwaitPull(i); !s.ok()) {
+          DropPulls();
+          return s;
+        }
+      }
       TETHER_ASSIGN_OR_RETURN(auto eval, Evaluate());
       return reporter_.Report(epoch, &eval, false);
     }
@@ -140,6 +225,12 @@ class DenseTrainer {
   uint64_t rejected_pushes_ = 0;
   // The batch's pushes, sent before its clock and collected after it.
   std::vector<std::future<Status>> pushes_;
+  // Pulls into the model's weights (one per spec; an awaited one is no
+  // longer valid), read at clock pulled_at_; -1 when the weights hold no
+  // pull for the next step.
+  std::vector<std::future<Status>> pulls_;
+  int64_t pulled_at_ = -1;
+  bool prefetched_ = false;
   std::vector<float> batch_x_;
   std::vector<int32_t> batch_y_;
   // The batch Step computed, counted by AfterClock once it is clocked.

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,23 @@ struct Device {
 // kInvalidArgument naming `flag` for anything else.
 Result<Device> ParseDevice(const std::string& text, const std::string& flag);
 
+// Where a training loop meets a step in progress, so that the wire works
+// while the backend computes. Both may be empty. Layer l's parameters are
+// weights[2l] (weight) and weights[2l + 1] (bias), the same in grads.
+struct StepHooks {
+  // Called before layer l's forward reads its weights (layers in order);
+  // e.g. waits for their pull. An error ends the step with it.
+  std::function<Status(size_t layer)> weights_needed;
+  // Called with the batch's mean loss once forward has it, before any
+  // grads_ready; e.g. stops a diverged step (an error ends the step with
+  // it) before any of its gradients is sent.
+  std::function<Status(float loss)> loss_known;
+  // Called once layer l's gradients are final (last layer first); e.g.
+  // sends them while backward goes on. They stay unchanged until Step
+  // returns.
+  std::function<void(size_t layer)> grads_ready;
+};
+
 class FcBackend {
  public:
   virtual ~FcBackend() = default;
@@ -64,6 +82,14 @@ class FcBackend {
   virtual Result<float> Step(const std::vector<std::vector<float>>& weights,
                              const float* x, const int32_t* y, int batch,
                              std::vector<std::vector<float>>& grads) = 0;
+  // Step calling `hooks` as it goes. This default calls weights_needed for
+  // every layer first and grads_ready for every layer after the whole
+  // step (a device that copies everything at once); the oneDNN backend
+  // calls them layer by layer.
+  virtual Result<float> StepWithHooks(
+      const std::vector<std::vector<float>>& weights, const float* x,
+      const int32_t* y, int batch, std::vector<std::vector<float>>& grads,
+      const StepHooks& hooks);
 
   // Forward only over `rows` rows (any number, in max_batch pieces).
   virtual Result<EvalResult> Evaluate(
@@ -93,7 +119,7 @@ Status CheckFcLayers(const std::vector<FcLayer>& layers, int max_batch);
 // release and this interface's revision (bump it whenever FcLayer,
 // EvalResult, FcBackend or the module's entry point change). The loader
 // refuses a module built with another.
-inline constexpr int kFcBackendRevision = 2;
+inline constexpr int kFcBackendRevision = 3;
 
 // The backend for `device`.
 Result<std::unique_ptr<FcBackend>> MakeFcBackend(const Device& device,

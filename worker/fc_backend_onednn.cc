@@ -78,10 +78,17 @@ class OneDnnBackend final : public FcBackend {
   Result<float> Step(const std::vector<std::vector<float>>& weights,
                      const float* x, const int32_t* y, int batch,
                      std::vector<std::vector<float>>& grads) override {
+    return StepWithHooks(weights, x, y, batch, grads, StepHooks{});
+  }
+
+  Result<float> StepWithHooks(const std::vector<std::vector<float>>& weights,
+                              const float* x, const int32_t* y, int batch,
+                              std::vector<std::vector<float>>& grads,
+                              const StepHooks& hooks) override {
     if (threads_ > 0) omp_set_num_threads(threads_);
     TETHER_ASSIGN_OR_RETURN(Plan * plan, GetPlan(batch));
     Plan& p = *plan;
-    TETHER_RETURN_IF_ERROR(Forward(p, weights, x));
+    TETHER_RETURN_IF_ERROR(Forward(p, weights, x, hooks.weights_needed));
     TETHER_RETURN_IF_ERROR(Wait());
 
     // Cross-entropy gradient at the logits: (softmax - onehot) / batch.
@@ -95,9 +102,11 @@ class OneDnnBackend final : public FcBackend {
       g[y[r]] -= inv;
       loss -= lp[y[r]];
     }
-    TETHER_RETURN_IF_ERROR(Backward(p, weights, x, grads));
+    const float mean = float(loss / batch);
+    if (hooks.loss_known) TETHER_RETURN_IF_ERROR(hooks.loss_known(mean));
+    TETHER_RETURN_IF_ERROR(Backward(p, weights, x, grads, hooks.grads_ready));
     TETHER_RETURN_IF_ERROR(Wait());
-    return float(loss / batch);
+    return mean;
   }
 
   Result<EvalResult> Evaluate(const std::vector<std::vector<float>>& weights,
@@ -109,7 +118,8 @@ class OneDnnBackend final : public FcBackend {
       const int n = int(std::min(rows - start, size_t(max_batch_)));
       TETHER_ASSIGN_OR_RETURN(Plan * plan, GetPlan(n));
       Plan& p = *plan;
-      TETHER_RETURN_IF_ERROR(Forward(p, weights, x + start * features_));
+      TETHER_RETURN_IF_ERROR(
+          Forward(p, weights, x + start * features_, nullptr));
       TETHER_RETURN_IF_ERROR(Wait());
       for (int r = 0; r < n; ++r) {
         const float* lp = &p.logp[size_t(r) * classes_];
@@ -229,10 +239,13 @@ class OneDnnBackend final : public FcBackend {
     return Status::Ok();
   }
 
+  // `weights_needed` (may be empty) is called before each layer.
   Status Forward(Plan& p, const std::vector<std::vector<float>>& weights,
-                 const float* x) {
+                 const float* x,
+                 const std::function<Status(size_t)>& weights_needed) {
     memory src = Wrap(p.layers.front().src_md, engine_, x);
     for (size_t l = 0; l < layers_.size(); ++l) {
+      if (weights_needed) TETHER_RETURN_IF_ERROR(weights_needed(l));
       Plan::Layer& L = p.layers[l];
       const std::string& name = layers_[l].name;
       TETHER_RETURN_IF_ERROR(Run(
@@ -256,8 +269,10 @@ class OneDnnBackend final : public FcBackend {
   }
 
   // Expects the last layer's dz filled with the gradient at the logits.
+  // `grads_ready` (may be empty) is called once a layer's are computed.
   Status Backward(Plan& p, const std::vector<std::vector<float>>& weights,
-                  const float* x, std::vector<std::vector<float>>& grads) {
+                  const float* x, std::vector<std::vector<float>>& grads,
+                  const std::function<void(size_t)>& grads_ready) {
     for (size_t l = layers_.size(); l-- > 0;) {
       Plan::Layer& L = p.layers[l];
       const std::string& name = layers_[l].name;
@@ -271,6 +286,10 @@ class OneDnnBackend final : public FcBackend {
                {DNNL_ARG_DIFF_BIAS,
                 Wrap(L.bias_md, engine_, grads[2 * l + 1].data())}},
               "inner_product_backward_weights", name));
+      if (grads_ready) {
+        TETHER_RETURN_IF_ERROR(Wait());
+        grads_ready(l);
+      }
       if (l == 0) break;
       Plan::Layer& prev = p.layers[l - 1];
       TETHER_RETURN_IF_ERROR(

@@ -59,7 +59,9 @@ class FcModel final : public DenseModel {
 
   std::string device() const override { return backend_->Describe(); }
 
-  Result<float> Step(const float* x, const int32_t* y, int batch) override {
+  using DenseModel::Step;
+  Result<float> Step(const float* x, const int32_t* y, int batch,
+                     const StepHooks& hooks) override {
     if (batch < 1 || batch > max_batch_) {
       return InvalidArgument("batch " + std::to_string(batch) +
                              " is outside [1, " + std::to_string(max_batch_) +
@@ -67,7 +69,7 @@ class FcModel final : public DenseModel {
     }
     TETHER_RETURN_IF_ERROR(CheckLabels(y, size_t(batch)));
     TETHER_RETURN_IF_ERROR(CheckBuffers());
-    return backend_->Step(weights_, x, y, batch, grads_);
+    return backend_->StepWithHooks(weights_, x, y, batch, grads_, hooks);
   }
 
   Result<EvalResult> Evaluate(const float* x, const int32_t* y,

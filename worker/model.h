@@ -44,7 +44,13 @@ class DenseModel {
   // fills grads() with its gradient with respect to weights().
   // kInvalidArgument for batch < 1, batch > max_batch or a label out of
   // range; kInternal naming the operation when the backend fails.
-  virtual Result<float> Step(const float* x, const int32_t* y, int batch) = 0;
+  Result<float> Step(const float* x, const int32_t* y, int batch) {
+    return Step(x, y, batch, StepHooks{});
+  }
+  // The same, calling `hooks` as it goes (worker/fc_backend.h): spec i
+  // belongs to layer i / 2.
+  virtual Result<float> Step(const float* x, const int32_t* y, int batch,
+                             const StepHooks& hooks) = 0;
 
   // Forward only over `rows` rows (any number; done in max_batch pieces).
   virtual Result<EvalResult> Evaluate(const float* x, const int32_t* y,

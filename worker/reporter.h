@@ -24,6 +24,8 @@ class Reporter {
 
   // Time spent pulling, which is where a worker waits for slower ones.
   void AddWait(double seconds) { wait_s_ += seconds; }
+  // The sum of AddWait's seconds since the last report.
+  double waited() const { return wait_s_; }
   // A clocked batch of `samples` rows and its training loss.
   void AddStep(int samples, float loss);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <future>
 #include <limits>
 #include <string>
 #include <thread>
@@ -45,8 +46,14 @@ Status RunBatches(Client& client, const LoopOptions& o,
     }
     if (position) position(first);
     const auto part = rows.subspan(first, std::min(batch, rows.size() - first));
+    // Only when the next batch follows at once: after the last one the
+    // loop asks shard 0 for more data first, and a pull held by the bound
+    // must not be overtaken by that request (a replay checks each
+    // worker's messages in the order the recording answered them).
+    const bool more = first + batch < rows.size();
     TETHER_RETURN_IF_ERROR(RunBatch(
-        client, [&] { return step(part, epoch); }, after, finish));
+        client, [&] { return step(part, epoch); }, after, finish,
+        more ? o.clock_sent : nullptr));
   }
   return Status::Ok();
 }
@@ -188,12 +195,18 @@ std::vector<uint32_t> WorkerShare(size_t rows, int rank, int workers,
 }
 
 Status RunBatch(Client& client, const std::function<Status()>& step,
-                const std::function<Status()>& after_clock, bool finish) {
+                const std::function<Status()>& after_clock, bool finish,
+                const ClockSent& clock_sent) {
   TETHER_RETURN_IF_ERROR(SurvivingLostShards(
       client,
       [&]() -> Status {
         TETHER_RETURN_IF_ERROR(step());
-        return client.Clock();
+        if (!clock_sent) return client.Clock();
+        std::promise<Status> clocked;
+        client.ClockAsync(
+            [&clocked](const Status& s) { clocked.set_value(s); });
+        clock_sent();
+        return clocked.get_future().get();
       },
       finish));
   if (!after_clock) return Status::Ok();

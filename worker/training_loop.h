@@ -90,15 +90,22 @@ using BatchStep =
 // evaluate; client.clock() already counts the batch.
 using AfterClock = std::function<Status(int epoch)>;
 
+// Runs right after a batch's Clock is sent, before it is acknowledged
+// (client.clock() already counts it): e.g. to start the next batch's pulls
+// so that they travel with the clock. A pull sent now is read at the new
+// clock; the shards hold it until the bound allows that clock.
+using ClockSent = std::function<void()>;
+
 // Runs one batch as RunTrainingLoop does, for loops of their own (data
-// streamed from a file): step(), then client.Clock(), both repeated
-// together after a lost shard (SurvivingLostShards); then after_clock (may
-// be empty), repeated alone after a lost shard. Returns the first error,
-// or kCancelled once the run was stopped (pass it to EndOfTraining).
-// With `finish`, a stopped run does not end it (see SurvivingLostShards).
+// streamed from a file): step(), then client.Clock() (calling clock_sent,
+// when given, once it is sent), both repeated together after a lost shard
+// (SurvivingLostShards); then after_clock (may be empty), repeated alone
+// after a lost shard. Returns the first error, or kCancelled once the run
+// was stopped (pass it to EndOfTraining). With `finish`, a stopped run
+// does not end it (see SurvivingLostShards).
 Status RunBatch(Client& client, const std::function<Status()>& step,
                 const std::function<Status()>& after_clock = nullptr,
-                bool finish = false);
+                bool finish = false, const ClockSent& clock_sent = nullptr);
 
 struct LoopOptions {
   uint64_t rows = 0;  // training-set rows, indices 0..rows-1 (< 2^32)
@@ -116,6 +123,10 @@ struct LoopOptions {
   // nothing to train meanwhile keeps clocking (every 100 ms) so that it
   // holds no one back.
   int chunk_rows = 0;
+  // Called after a batch's clock is sent (see ClockSent) when the next
+  // batch follows at once (not after the last batch of a share or chunk);
+  // may be empty.
+  ClockSent clock_sent;
 };
 
 // Trains `client`'s share of every epoch: calls step(rows, epoch) for each

@@ -181,3 +181,58 @@ def test_ctrl_c_in_held_parameter_server_pull(cluster, spawn):
         assert interrupted - sent < 1.0, interrupted - sent
         assert held.wait(10) == 0
         assert "RETURNED" not in held.log()
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(5, 4)
+        self.fc2 = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def test_push_in_backward_sends_each_gradient_as_backward_has_it(cluster):
+    """push_in_backward=True: every dense gradient leaves from backward
+    itself (last layer first), step() sends only the clock and pulls behind
+    it, and the shards end with exactly what a plain step gives; a second
+    backward before step() is refused naming the way out."""
+    torch.set_num_threads(1)
+    run = cluster(shards=2, workers=1, flags=[
+        "--block-size", "4", "--optimizer", "sgd", "--lr", "0.5"])
+    with tether.Client(run.coordinator, staleness=0, rank=0) as c:
+        torch.manual_seed(3)
+        model = Mlp()
+        initial = values(model)
+        ps = tether.torch.ParameterServer(model, c, timeout=30,
+                                          push_in_backward=True)
+        x = torch.randn(8, 5)
+        y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        grads = {n: p.grad.clone().numpy()
+                 for n, p in model.named_parameters()}
+        # Sent during backward, last layer first.
+        sent = list(ps._sent)
+        assert set(sent[:2]) == {"fc2.weight", "fc2.bias"}, sent
+        assert set(sent) == set(initial), sent
+        ps.step()
+        assert c.clocks == 1
+        half = np.float32(0.5)
+        expected = {n: initial[n] - half * grads[n] for n in initial}
+        # step() pulled the result behind its clock.
+        assert_values(model, expected)
+        with tether.Client(run.coordinator, observer=True) as o:
+            for name, v in expected.items():
+                o.define_tensor(name, v.shape, "provided")
+                np.testing.assert_array_equal(o.pull(name), v, err_msg=name)
+
+        # Gradient accumulation is refused before anything is sent twice.
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        try:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+        except RuntimeError as e:
+            assert "push_in_backward=False" in str(e), e
+        else:
+            raise AssertionError("a second backward() was not refused")
+        ps.close()

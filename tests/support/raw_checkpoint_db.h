@@ -69,6 +69,21 @@ class RawCheckpointDb {
     }
     return count;
   }
+  // Keys in the meta family for `round` (its header, marker, record...:
+  // a tag byte, then the round).
+  int CountMetaKeys(int64_t round) {
+    const std::string prefix = RoundPrefix(round);
+    int count = 0;
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions(), handles_[1]));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      if (it->key().size() >= 9 &&
+          it->key().ToString().substr(1, 8) == prefix) {
+        ++count;
+      }
+    }
+    return count;
+  }
   // Overwrites the stored value of `tensor`'s `block` in `round`.
   rocksdb::Status PutBlock(int64_t round, const std::string& tensor,
                            uint32_t block, const std::string& value) {

@@ -115,28 +115,55 @@ ShardSnapshot BigSnapshot(int64_t round, uint64_t floats) {
   return s;
 }
 
-// Writes `snapshot` into `dir` from a child process that the kernel kills
-// (SIGXFSZ) once a file it writes passes `file_limit` bytes: a crash in the
-// middle of WriteShard, after some batches are in the WAL. Returns how the
-// child ended ("killed by SIGXFSZ" when as planned).
-std::string WriteUntilKilled(const std::string& dir,
-                             const ShardSnapshot& snapshot,
-                             uint64_t file_limit) {
+// The child WriteUntilKilled starts: a fresh process (this binary again),
+// since RocksDB's background threads, which write a round's files, do not
+// survive a fork of a threaded process. It writes BigSnapshot(round,
+// floats) into dir, as TETHER_TEST_WRITE_ROUND="dir:round:floats" says,
+// and exits before any test runs: 3 when the store does not open, 4 when
+// the write finished, 5 when it failed.
+const bool kWriteRoundChild = [] {
+  const char* job = std::getenv("TETHER_TEST_WRITE_ROUND");
+  if (job == nullptr) return false;
+  const std::string text = job;
+  const size_t a = text.rfind(':', text.rfind(':') - 1), b = text.rfind(':');
+  const std::string dir = text.substr(0, a);
+  const int64_t round = std::stoll(text.substr(a + 1, b - a - 1));
+  const uint64_t floats = std::stoull(text.substr(b + 1));
+  Result<std::unique_ptr<CheckpointStore>> store = CheckpointStore::Open(dir);
+  if (!store.ok()) _exit(3);
+  Result<uint64_t> written = (*store)->WriteShard(BigSnapshot(round, floats));
+  _exit(written.ok() ? 4 : 5);
+}();
+
+// Writes BigSnapshot(round, floats) into `dir` from a child process that
+// the kernel kills (SIGXFSZ) once a file it writes passes `file_limit`
+// bytes: a crash in the middle of WriteShard, after the round's header is
+// in and before its marker is. Returns how the child ended ("killed by
+// SIGXFSZ" when as planned).
+std::string WriteUntilKilled(const std::string& dir, int64_t round,
+                             uint64_t floats, uint64_t file_limit) {
+  // Built before the fork: the child of a threaded process may only make
+  // async-signal-safe calls until it execs.
+  const std::string job = "TETHER_TEST_WRITE_ROUND=" + dir + ":" +
+                          std::to_string(round) + ":" + std::to_string(floats);
+  std::vector<char*> env;
+  for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
+  env.push_back(const_cast<char*>(job.c_str()));
+  env.push_back(nullptr);
+  char name[] = "tether_unit_tests";
+  char* const argv[] = {name, nullptr};
   const pid_t pid = fork();
   if (pid == 0) {
-    Result<std::unique_ptr<CheckpointStore>> store = CheckpointStore::Open(dir);
-    if (!store.ok()) _exit(3);
     const rlimit no_core = {0, 0};
     setrlimit(RLIMIT_CORE, &no_core);
     const rlimit limit = {file_limit, file_limit};
     setrlimit(RLIMIT_FSIZE, &limit);
-    Result<uint64_t> written = (*store)->WriteShard(snapshot);
-    _exit(written.ok() ? 4 : 5);
+    execve("/proc/self/exe", argv, env.data());
+    _exit(6);
   }
   if (pid < 0) return std::string("fork: ") + std::strerror(errno);
   int status = 0;
-  // A hung child (it is forked from a threaded process) must not hang the
-  // test.
+  // A hung child must not hang the test.
   for (int i = 0; i < 2000 && waitpid(pid, &status, WNOHANG) == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (i == 1999) {
@@ -157,6 +184,8 @@ std::string WriteUntilKilled(const std::string& dir,
       return "finished the write";
     case 5:
       return "WriteShard failed without being killed";
+    case 6:
+      return "could not start the child (exec failed)";
   }
   return "exit " + std::to_string(WEXITSTATUS(status));
 }
@@ -167,6 +196,15 @@ int CountRawWeightKeys(const std::string& dir, int64_t round) {
   RawCheckpointDb raw(dir, /*read_only=*/true);
   EXPECT_TRUE(raw.status().ok()) << raw.status().ToString();
   return raw.status().ok() ? raw.CountWeightKeys(round) : -1;
+}
+
+// Every key of `round` in the weights and meta families.
+int CountRawKeys(const std::string& dir, int64_t round) {
+  RawCheckpointDb raw(dir, /*read_only=*/true);
+  EXPECT_TRUE(raw.status().ok()) << raw.status().ToString();
+  return raw.status().ok()
+             ? raw.CountWeightKeys(round) + raw.CountMetaKeys(round)
+             : -1;
 }
 
 // --- ParamStore snapshots through RocksDB -----------------------------------
@@ -314,11 +352,11 @@ TEST(Checkpoint, HalfWrittenRoundIsInvisible) {
     std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
     ASSERT_TRUE(store->WriteShard(SmallSnapshot(1)).ok());
   }
-  // 20 MB in 8 MiB batches; the child dies as the WAL passes 12 MiB, so the
-  // first batch is in and the marker never is.
-  const ShardSnapshot big = BigSnapshot(2, 5'000'000);
-  ASSERT_EQ(WriteUntilKilled(dir.path(), big, 12 << 20), "killed by SIGXFSZ");
-  EXPECT_GT(CountRawWeightKeys(dir.path(), 2), 0)
+  // 20 MB; the child dies as the round's data file passes 12 MiB, so the
+  // header is in (through the log) and the marker never is.
+  ASSERT_EQ(WriteUntilKilled(dir.path(), 2, 5'000'000, 12 << 20),
+            "killed by SIGXFSZ");
+  EXPECT_GT(CountRawKeys(dir.path(), 2), 0)
       << "the crash should leave keys of round 2 behind";
 
   std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
@@ -337,6 +375,53 @@ TEST(Checkpoint, HalfWrittenRoundIsInvisible) {
   ASSERT_EQ(two->tensors.size(), 1u);
   EXPECT_EQ(two->tensors[0].name, "w");
   EXPECT_EQ(two->tensors[0].blocks.size(), 1u);
+}
+
+// A round's data goes into files of its own that the store takes in whole.
+// Writing a round again over a complete one (data left from before) leaves
+// only the new data, tables' rows in key order whatever order they came
+// in, and no data file outside the store.
+TEST(Checkpoint, RoundWrittenAgainOverAnOldOneHoldsOnlyTheNewData) {
+  TempDir dir;
+  std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+  ShardSnapshot first = BigSnapshot(4, 300'000);  // 5 blocks
+  ASSERT_TRUE(store->WriteShard(first).ok());
+  ShardSnapshot again = SmallSnapshot(4);
+  again.settings = Settings(OptimizerKind::kAdam, 4);
+  again.tensors[0].blocks[0].slots = {0.1f, 0.2f, 0.3f, 0.4f};
+  TableSnapshot table;
+  table.id = NameId("emb");
+  table.name = "emb";
+  table.dim = 1;
+  for (uint64_t key : {9, 2, 5}) {
+    TableSnapshot::Row& r = table.rows.emplace_back();
+    r.key = key;
+    r.step = key;
+    r.weights = {float(key)};
+    r.slots = {1.0f, 2.0f};
+  }
+  again.tables.push_back(table);
+  ASSERT_TRUE(store->WriteShard(again).ok());
+  EXPECT_EQ(CountRawWeightKeys(dir.path(), 4), 4);  // 1 block, 3 rows
+
+  Result<ShardSnapshot> read = store->ReadShard(4);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_EQ(read->tensors.size(), 1u);
+  EXPECT_EQ(read->tensors[0].name, "w");
+  ASSERT_EQ(read->tensors[0].blocks.size(), 1u);
+  EXPECT_EQ(read->tensors[0].blocks[0].weights,
+            (std::vector<float>{4.0f, 2.0f}));
+  EXPECT_EQ(read->tensors[0].blocks[0].slots,
+            (std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f}));
+  ASSERT_EQ(read->tables.size(), 1u);
+  ASSERT_EQ(read->tables[0].rows.size(), 3u);
+  std::map<uint64_t, float> rows;
+  for (const auto& r : read->tables[0].rows) rows[r.key] = r.weights[0];
+  EXPECT_EQ(rows, (std::map<uint64_t, float>{{2, 2.0f}, {5, 5.0f}, {9, 9.0f}}));
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_FALSE(e.path().filename().string().starts_with("tether-ingest-"))
+        << e.path();
+  }
 }
 
 RoundRecord Record(int64_t round) {
@@ -403,9 +488,9 @@ TEST(Checkpoint, OtherShardsPruneAnnouncedRoundsAndHalfWrittenOnes) {
       ASSERT_TRUE(store->Prune(2, r).ok());
     }
   }
-  ASSERT_EQ(WriteUntilKilled(dir.path(), BigSnapshot(4, 5'000'000), 12 << 20),
+  ASSERT_EQ(WriteUntilKilled(dir.path(), 4, 5'000'000, 12 << 20),
             "killed by SIGXFSZ");
-  ASSERT_GT(CountRawWeightKeys(dir.path(), 4), 0);
+  ASSERT_GT(CountRawKeys(dir.path(), 4), 0);
 
   std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
   EXPECT_EQ(*store->ShardRounds(), (std::vector<int64_t>{2, 3}));
@@ -414,7 +499,7 @@ TEST(Checkpoint, OtherShardsPruneAnnouncedRoundsAndHalfWrittenOnes) {
   // Kept: the two newest complete rounds. Gone: older ones, and round 4,
   // which this shard never finished, so no shard can have recorded it.
   EXPECT_EQ(*store->ShardRounds(), (std::vector<int64_t>{3, 5}));
-  EXPECT_EQ(CountRawWeightKeys(dir.path(), 4), 0);
+  EXPECT_EQ(CountRawKeys(dir.path(), 4), 0);
   EXPECT_EQ(CountRawWeightKeys(dir.path(), 2), 0);
   EXPECT_TRUE(store->ReadShard(3).ok());
 }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <iostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "worker/model.h"
@@ -92,6 +93,114 @@ TEST(OneDnnBackend, ComputesWhatTheModelReturns) {
   ASSERT_TRUE(eval.ok());
   EXPECT_EQ(eval->rows, 20);
   EXPECT_GT(eval->loss_sum, 0);
+}
+
+// The hooks a training loop overlaps the wire with: forward asks for each
+// layer's weights in order, the loss comes before any gradient, and each
+// layer's gradients are announced last layer first, already final (the
+// same bits as a plain Step) while backward goes on below them. An error
+// from a hook ends the step with it, before any gradient is announced.
+TEST(OneDnnBackend, HooksComeLayerByLayerWithFinalGradients) {
+  Case c(5);
+  auto backend = MakeOneDnnBackend(c.layers, 8, 1);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  std::vector<std::vector<float>> plain = c.grads;
+  auto plain_loss =
+      (*backend)->Step(c.weights, c.x.data(), c.y.data(), 5, plain);
+  ASSERT_TRUE(plain_loss.ok());
+
+  std::vector<std::string> events;
+  std::vector<std::vector<float>> announced(c.grads.size());
+  StepHooks hooks;
+  hooks.weights_needed = [&](size_t l) {
+    events.push_back("w" + std::to_string(l));
+    return Status::Ok();
+  };
+  hooks.loss_known = [&](float loss) {
+    events.push_back("loss");
+    EXPECT_FLOAT_EQ(loss, *plain_loss);
+    return Status::Ok();
+  };
+  hooks.grads_ready = [&](size_t l) {
+    events.push_back("g" + std::to_string(l));
+    announced[2 * l] = c.grads[2 * l];
+    announced[2 * l + 1] = c.grads[2 * l + 1];
+  };
+  auto loss = (*backend)->StepWithHooks(c.weights, c.x.data(), c.y.data(), 5,
+                                        c.grads, hooks);
+  ASSERT_TRUE(loss.ok()) << loss.status().ToString();
+  EXPECT_EQ(*loss, *plain_loss);
+  EXPECT_EQ(events, (std::vector<std::string>{"w0", "w1", "w2", "loss", "g2",
+                                              "g1", "g0"}));
+  for (size_t t = 0; t < c.grads.size(); ++t) {
+    EXPECT_EQ(announced[t], plain[t]) << "parameter " << t;
+    EXPECT_EQ(c.grads[t], plain[t]) << "parameter " << t;
+  }
+
+  // Weights that never came end the step in forward.
+  events.clear();
+  hooks.weights_needed = [&](size_t l) {
+    events.push_back("w" + std::to_string(l));
+    return l == 1 ? Unavailable("lost shard 1") : Status::Ok();
+  };
+  loss = (*backend)->StepWithHooks(c.weights, c.x.data(), c.y.data(), 5,
+                                   c.grads, hooks);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_EQ(loss.status().message(), "lost shard 1");
+  EXPECT_EQ(events, (std::vector<std::string>{"w0", "w1"}));
+
+  // A refused loss (a diverged model) sends no gradient.
+  events.clear();
+  hooks.weights_needed = nullptr;
+  hooks.loss_known = [&](float) {
+    events.push_back("loss");
+    return Status(Code::kNonFinite, "the training loss is NaN");
+  };
+  loss = (*backend)->StepWithHooks(c.weights, c.x.data(), c.y.data(), 5,
+                                   c.grads, hooks);
+  ASSERT_FALSE(loss.ok());
+  EXPECT_EQ(loss.status().code(), Code::kNonFinite);
+  EXPECT_EQ(events, std::vector<std::string>{"loss"});
+}
+
+// A backend that computes everything at once (the CUDA one) gets the same
+// contract from FcBackend's default: every layer's weights asked for first,
+// then the loss, then every layer's gradients, last layer first.
+TEST(FcBackend, DefaultHooksComeAroundTheWholeStep) {
+  class Whole final : public FcBackend {
+   public:
+    std::string Describe() const override { return "whole"; }
+    Result<float> Step(const std::vector<std::vector<float>>&, const float*,
+                       const int32_t*, int,
+                       std::vector<std::vector<float>>& grads) override {
+      for (auto& g : grads) std::fill(g.begin(), g.end(), 1.0f);
+      return 0.5f;
+    }
+    Result<EvalResult> Evaluate(const std::vector<std::vector<float>>&,
+                                const float*, const int32_t*, size_t) override {
+      return EvalResult{};
+    }
+  } whole;
+  Case c(2);
+  std::vector<std::string> events;
+  StepHooks hooks;
+  hooks.weights_needed = [&](size_t l) {
+    events.push_back("w" + std::to_string(l));
+    return Status::Ok();
+  };
+  hooks.loss_known = [&](float loss) {
+    events.push_back("loss " + std::to_string(loss));
+    return Status::Ok();
+  };
+  hooks.grads_ready = [&](size_t l) {
+    EXPECT_EQ(c.grads[2 * l][0], 1.0f);
+    events.push_back("g" + std::to_string(l));
+  };
+  auto loss =
+      whole.StepWithHooks(c.weights, c.x.data(), c.y.data(), 2, c.grads, hooks);
+  ASSERT_TRUE(loss.ok());
+  EXPECT_EQ(events, (std::vector<std::string>{"w0", "w1", "w2", "loss 0.500000",
+                                              "g2", "g1", "g0"}));
 }
 
 // The largest |a - b| over every element of two sets of buffers, and the

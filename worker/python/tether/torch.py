@@ -16,6 +16,12 @@ shards' values. nn.Embedding(..., sparse=True) weights become sparse tables:
 only the rows a batch touches are pulled (in a forward pre-hook) and pushed.
 Parameters on a GPU go through pinned host buffers; CPU parameters are
 pulled into and pushed from their own memory.
+
+With ParameterServer(..., push_in_backward=True) each dense parameter's
+gradient is sent as soon as backward has accumulated it (last layer first),
+so the wire works while backward goes on; step() then sends only the clock
+(and the sparse rows) behind them. One backward() per step: gradients
+accumulated over several backward() calls need the default (False).
 """
 
 import time
@@ -70,12 +76,17 @@ class ParameterServer:
     values and pulls them (waiting up to `timeout` seconds for rank 0).
     """
 
-    def __init__(self, model, client, *, timeout=600.0):
+    def __init__(self, model, client, *, timeout=600.0,
+                 push_in_backward=False):
         self.model = model
         self.client = client
         self.wait_seconds = 0.0  # time spent in pull(): waiting for others
         self._dense = []
         self._sparse = []
+        # Dense pushes sent during backward (push_in_backward), collected by
+        # the next push(): (future, gradient kept alive) by name.
+        self._sent = {}
+        self._hooks = []
         sparse_modules = {}
         for mod_name, mod in model.named_modules():
             if isinstance(mod, torch.nn.Embedding) and mod.sparse:
@@ -97,6 +108,9 @@ class ParameterServer:
                 client.define_tensor(name, entry.shape, "provided")
                 self._dense.append(entry)
         self._on_gpu = any(d.param.device.type == "cuda" for d in self._dense)
+        if push_in_backward:
+            for d in self._dense:
+                self._hooks.append(self._push_hook(d))
         self._names = [d.name for d in self._dense]
         self._pull_buffers = [d.pull_buffer for d in self._dense]
         if client.rank == 0:
@@ -108,6 +122,41 @@ class ParameterServer:
                                                time.monotonic()))
             if d.cuda:
                 d.param.data.copy_(d.host)
+
+    def _push_hook(self, d):
+        """Sends d's gradient as soon as backward has accumulated it."""
+        def hook(*_):
+            self._push_now(d)
+        p = d.param
+        if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+            return p.register_post_accumulate_grad_hook(hook)
+        # Older torch: a hook on the node that accumulates p's gradient, as
+        # DistributedDataParallel does; the node is kept with the hook.
+        node = p.expand_as(p).grad_fn.next_functions[0][0]
+        node.register_hook(hook)
+        return node
+
+    def _host_grad(self, d):
+        """d's gradient in host memory, contiguous (a copy for a GPU)."""
+        g = d.param.grad
+        if d.cuda:
+            d.host_grad.copy_(g)
+            return d.host_grad
+        return g.contiguous()
+
+    def _push_now(self, d):
+        if d.param.grad is None:
+            return
+        if d.name in self._sent:
+            raise RuntimeError(
+                f"tether: the gradient of '{d.name}' came twice before "
+                "step()/push(): with push_in_backward=True every backward() "
+                "sends its gradients, so accumulating gradients over several "
+                "backward() calls needs ParameterServer(..., "
+                "push_in_backward=False)")
+        g = self._host_grad(d)
+        self._sent[d.name] = (self.client._c.push_many(
+            [d.name], [_host_view(g)], False), g)
 
     def _provide(self):
         """Rank 0: the module's own values, where the shards have none."""
@@ -166,25 +215,23 @@ class ParameterServer:
                 d.param.data.copy_(d.host, non_blocking=True)
         self.wait_seconds += time.monotonic() - start
 
-    def push(self, clock=False):
+    def push(self, clock=False, pull=False):
         """Sends every parameter's .grad (all at once), then clears them.
-        A parameter without a gradient is not pushed. With `clock`, the
-        clock that ends the iteration goes right behind the pushes (the
-        shards apply it after them) instead of after their answers; it
-        happens even when a push is refused, and its own error, if any,
-        is the one raised."""
-        names, grads, keep, futures = [], [], [], []
+        A parameter without a gradient is not pushed, nor one already sent
+        during backward (push_in_backward). With `clock`, the clock that
+        ends the iteration goes right behind the pushes (the shards apply
+        it after them) instead of after their answers; it happens even
+        when a push is refused, and its own error, if any, is the one
+        raised. With `pull` too, the next pull() goes right behind the
+        clock, so it is read at the new clock and travels while the
+        pushes are answered."""
+        names, grads, keep = [], [], []
+        futures = [f for f, _ in self._sent.values()]
         for d in self._dense:
-            g = d.param.grad
-            if g is None:
+            if d.param.grad is None or d.name in self._sent:
                 continue
-            if d.cuda:
-                d.host_grad.copy_(g)
-                g = d.host_grad
-            else:
-                g = g.contiguous()
             names.append(d.name)
-            grads.append(_host_view(g))
+            grads.append(_host_view(self._host_grad(d)))
         for s in self._sparse:
             g = s.param.grad
             if g is None:
@@ -198,6 +245,7 @@ class ParameterServer:
         # The dense pushes and the clock behind every push: one call, one
         # future, whose error is the clock's if it failed.
         dense = self.client._c.push_many(names, grads, clock)
+        pulling = self.pull_start() if clock and pull else None
         try:
             refused = None
             try:
@@ -207,20 +255,36 @@ class ParameterServer:
             dense.result()
             if refused is not None:
                 raise refused
+        except BaseException:
+            if pulling is not None:  # its buffers are in use until it ends
+                try:
+                    self.pull_finish(pulling)
+                except Exception:  # noqa: BLE001 -- the push's error wins
+                    pass
+            raise
         finally:
+            self._sent.clear()
             for d in self._dense:
                 d.param.grad = None
             for s in self._sparse:
                 s.param.grad = None
+        if pulling is not None:
+            self.pull_finish(pulling)
+
+    def close(self):
+        """Removes the hooks push_in_backward registered."""
+        for h in self._hooks:
+            if hasattr(h, "remove"):
+                h.remove()
+        self._hooks = []
 
     def clock(self):
         """Ends this worker's iteration."""
         self.client.clock()
 
     def step(self):
-        """push(clock=True) and the next pull()."""
-        self.push(clock=True)
-        self.pull()
+        """push(clock=True) and the next pull(), sent right behind it."""
+        self.push(clock=True, pull=True)
 
 
 def _results(futures):

@@ -69,6 +69,13 @@ def parse_args(argv):
                         "(0: a fixed share per worker)")
     p.add_argument("--slowdown", type=float, default=1.0,
                    help="make each step this many times slower (a straggler)")
+    p.add_argument("--push-in-backward", choices=("on", "off"),
+                   default="off",
+                   help="send each gradient from backward as soon as it is "
+                   "computed (not for a worker slowed with --slowdown, whose "
+                   "gradients leave after its sleep); off: all of them in "
+                   "one call after backward, which measured faster here "
+                   "(BENCHMARKS.md, python_client)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads (0: torch's default)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
@@ -228,7 +235,10 @@ class Trainer:
         self.x, self.y = torch.from_numpy(train[0]), torch.from_numpy(train[1])
         self.test = test
         self.shape, self.device = shape, device
-        self.ps = tether.torch.ParameterServer(model, client)
+        # A slowed worker's (--slowdown) gradients leave after its sleep.
+        self.ps = tether.torch.ParameterServer(
+            model, client, push_in_backward=(self.a.push_in_backward == "on"
+                                             and self.a.slowdown <= 1.0))
         self.rejected = 0
         self.samples = 0
         self.loss_sum, self.loss_count, self.last_loss = 0.0, 0, None
@@ -372,18 +382,19 @@ class Trainer:
         compute_start = time.monotonic()
         torch_start = time.perf_counter()
         loss = F.cross_entropy(self.model(x), y)
-        loss.backward()
         value = float(loss)
-        torch_s += time.perf_counter() - torch_start
-        if self.a.slowdown > 1.0:
-            time.sleep((time.monotonic() - compute_start) *
-                       (self.a.slowdown - 1.0))
+        # Before backward, which may already send gradients.
         if not math.isfinite(value):
             raise SystemExit(
                 f"worker {c.rank}: the training loss is {value} at clock "
                 f"{c.clocks} (epoch {epoch}): the model diverged, so this "
                 "worker stops. Lower --lr, or look for extreme values in "
                 "the data")
+        loss.backward()
+        torch_s += time.perf_counter() - torch_start
+        if self.a.slowdown > 1.0:
+            time.sleep((time.monotonic() - compute_start) *
+                       (self.a.slowdown - 1.0))
         try:
             self.ps.push(clock=True)
         except (tether.StalePushError, tether.NonFiniteError) as e:
