@@ -256,6 +256,15 @@ std::string ParseExample(std::string_view line, SparseExample* ex) {
 
 }  // namespace
 
+void GatherRows(const DenseDataset& d, std::span<const uint32_t> rows, float* x,
+                int32_t* y) {
+  const size_t f = d.features;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::copy_n(d.x.data() + size_t{rows[i]} * f, f, x + i * f);
+    y[i] = d.y[rows[i]];
+  }
+}
+
 Result<DenseDataset> LoadIdx(const std::string& images_path,
                              const std::string& labels_path) {
   DenseDataset ds;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,11 @@ struct DenseDataset {
   std::vector<float> x;    // rows * features, row after row
   std::vector<int32_t> y;  // rows
 };
+
+// Copies rows `rows` (indices into `d`) into x (rows.size() * features
+// floats) and their labels into y (rows.size()), in that order: a batch.
+void GatherRows(const DenseDataset& d, std::span<const uint32_t> rows, float* x,
+                int32_t* y);
 
 // Loads an IDX images file (magic 0x00000803, u8 pixels, scaled to [0, 1])
 // and an IDX labels file (magic 0x00000801, u8 labels). Either may be

@@ -138,13 +138,7 @@ class DenseTrainer {
     (void)WaitForAll(std::move(pushes_));
     pushes_.clear();
     const int n = static_cast<int>(rows.size());
-    const size_t f = train_.features;
-    for (int i = 0; i < n; ++i) {
-      uint32_t row = rows[i];
-      std::copy_n(train_.x.data() + size_t{row} * f, f,
-                  batch_x_.data() + i * f);
-      batch_y_[i] = train_.y[row];
-    }
+    GatherRows(train_, rows, batch_x_.data(), batch_y_.data());
     // Weights read at another clock (the worker idled, or was moved ahead)
     // or none at all (the first batch, a failed pull): pulled now.
     if (pulled_at_ != client_.clock()) StartPulls(/*prefetched=*/false);

@@ -18,6 +18,7 @@
 #include "worker/signals.h"
 #include "worker/sparse_trainer.h"
 #include "worker/train_step.h"
+#include "worker/training_loop.h"
 
 namespace tether {
 namespace {
@@ -170,8 +171,9 @@ Status CompareDevices(const TrainerOptions& o, DenseModel& model,
 }
 
 // --compute-only: forward and backward over --epochs of `train` in batches
-// of --batch, in the order a worker's share would take them, with no
-// client; slowdown included, as a worker would sleep.
+// of --batch, gathered in the shuffled order a worker alone in a run would
+// take them (WorkerShare), with no client; slowdown included, as a worker
+// would sleep.
 Status ComputeOnly(const TrainerOptions& o, DenseModel& model,
                    const DenseDataset& train) {
   const size_t f = train.features;
@@ -180,10 +182,11 @@ Status ComputeOnly(const TrainerOptions& o, DenseModel& model,
   uint64_t samples = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int epoch = 0; epoch < o.epochs; ++epoch) {
-    for (size_t first = 0; first < train.rows; first += o.batch) {
-      const int n = int(std::min<size_t>(o.batch, train.rows - first));
-      std::copy_n(train.x.data() + first * f, n * f, x.data());
-      std::copy_n(train.y.data() + first, n, y.data());
+    const std::vector<uint32_t> order =
+        WorkerShare(train.rows, 0, 1, /*seed=*/0, epoch);
+    for (size_t first = 0; first < order.size(); first += o.batch) {
+      const int n = int(std::min<size_t>(o.batch, order.size() - first));
+      GatherRows(train, std::span(order).subspan(first, n), x.data(), y.data());
       const auto step_start = std::chrono::steady_clock::now();
       TETHER_RETURN_IF_ERROR(model.Step(x.data(), y.data(), n).status());
       SlowDown(o.slowdown, SecondsSince(step_start));
