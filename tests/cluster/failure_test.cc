@@ -152,6 +152,10 @@ TEST_F(Failure, StoppedTetherClientTrainRejoinsAndFinishes) {
                     .ok())
         << "shard " << shard;
   }
+  // Stopped past its own silence check too (--worker-timeout-ms from the
+  // shards), so that it finds its connections silent when it goes on: a
+  // SIGCONT right at the eviction could let it carry on over them.
+  std::this_thread::sleep_for(milliseconds(2000));
   (*client)->Signal(SIGCONT);
   for (int shard = 0; shard < 2; ++shard) {
     EXPECT_TRUE(cluster_->shard(shard)
