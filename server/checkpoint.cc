@@ -487,6 +487,14 @@ struct CheckpointStore::Impl {
 
   Mutex mu;
   std::string last_write_error TETHER_GUARDED_BY(mu);
+  // Held around each change to the store and the reads that decide it
+  // (a round's header, its files taken in, its marker; a prune; a
+  // record), so that the writer thread and the thread that prunes take
+  // turns: RocksDB allows both at once, but its lock-free memtables and
+  // reference counts are invisible to ThreadSanitizer, which then reports
+  // races inside them. Held for milliseconds: a round's files are built
+  // outside it.
+  Mutex change_mu;
 
   // Whether a batch's write waits for the write-ahead log to be synced.
   enum class Log { kAsync, kSync };
@@ -830,14 +838,16 @@ Result<uint64_t> CheckpointStore::WriteShard(const ShardSnapshot& snapshot) {
   // Data leftovers are rare (a crash after the store took in the data
   // files), and deleting a range that holds none would cost a file of
   // tombstones and a flush before the new files can be taken in.
-  rocksdb::WriteBatch batch;
-  impl_->DeleteRounds(&batch, round, round + 1, impl_->HasData(round));
   const std::string header = checkpoint::HeaderToJson(snapshot);
-  batch.Put(impl_->meta(), MetaKey(kHeaderTag, round), header)
-      .PermitUncheckedError();
   uint64_t bytes = 9 + header.size(), keys = 1;
-  TETHER_RETURN_IF_ERROR(impl_->Write(where, "write failed", &batch));
-  batch.Clear();
+  {
+    MutexLock lock(&impl_->change_mu);
+    rocksdb::WriteBatch batch;
+    impl_->DeleteRounds(&batch, round, round + 1, impl_->HasData(round));
+    batch.Put(impl_->meta(), MetaKey(kHeaderTag, round), header)
+        .PermitUncheckedError();
+    TETHER_RETURN_IF_ERROR(impl_->Write(where, "write failed", &batch));
+  }
 
   // The data is written once: each family's keys into one SST file of its
   // own, in key order, synced, then ingested whole (moved into the store,
@@ -912,6 +922,7 @@ Result<uint64_t> CheckpointStore::WriteShard(const ShardSnapshot& snapshot) {
     TETHER_RETURN_IF_ERROR(
         failed(add(slots_file, impl_->slots(), files.slots)));
   }
+  MutexLock lock(&impl_->change_mu);
   if (!ingest.empty()) {
     TETHER_RETURN_IF_ERROR(
         impl_->Failed(where, "taking in the round's data files",
@@ -922,6 +933,7 @@ Result<uint64_t> CheckpointStore::WriteShard(const ShardSnapshot& snapshot) {
   // and the log is sequential, so the synced marker comes after everything
   // before it.
   const std::string marker = checkpoint::MarkerToJson(keys, bytes);
+  rocksdb::WriteBatch batch;
   batch.Put(impl_->meta(), MetaKey(kMarkerTag, round), marker)
       .PermitUncheckedError();
   TETHER_RETURN_IF_ERROR(impl_->Write(where, "writing the completion marker",
@@ -959,6 +971,7 @@ Status CheckpointStore::MarkComplete(const RoundRecord& record) {
   if (record.round < 0 || record.round > kMaxRound) {
     return InvalidArgument(where + ": round out of range");
   }
+  MutexLock lock(&impl_->change_mu);
   TETHER_RETURN_IF_ERROR(impl_->Recover(where));
   rocksdb::WriteBatch batch;
   batch
@@ -1012,6 +1025,7 @@ Status CheckpointStore::Prune(int keep, int64_t newest_complete) {
   if (newest_complete > kMaxRound) {
     return InvalidArgument(where + ": round out of range");
   }
+  MutexLock lock(&impl_->change_mu);
   TETHER_RETURN_IF_ERROR(impl_->Recover(where));
   // Complete rounds this shard knows of: shard 0's records, and rounds
   // announced through earlier calls. A shard that missed announcements (it
