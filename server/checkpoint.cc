@@ -496,15 +496,12 @@ struct CheckpointStore::Impl {
   // outside it.
   Mutex change_mu;
 
-  // Whether a batch's write waits for the write-ahead log to be synced.
-  enum class Log { kAsync, kSync };
-
   // Writes `batch`, remembering a failure so that later calls can say why
   // the store stopped.
   Status Write(const std::string& where, const std::string& doing,
-               rocksdb::WriteBatch* batch, Log log = Log::kAsync) {
+               rocksdb::WriteBatch* batch, bool sync = false) {
     rocksdb::WriteOptions options;
-    options.sync = log == Log::kSync;
+    options.sync = sync;
     return Failed(where, doing, db()->Write(options, batch));
   }
 
@@ -937,7 +934,7 @@ Result<uint64_t> CheckpointStore::WriteShard(const ShardSnapshot& snapshot) {
   batch.Put(impl_->meta(), MetaKey(kMarkerTag, round), marker)
       .PermitUncheckedError();
   TETHER_RETURN_IF_ERROR(impl_->Write(where, "writing the completion marker",
-                                      &batch, Impl::Log::kSync));
+                                      &batch, /*sync=*/true));
   return bytes + 9 + marker.size();
 }
 
@@ -979,7 +976,7 @@ Status CheckpointStore::MarkComplete(const RoundRecord& record) {
            checkpoint::RecordToJson(record))
       .PermitUncheckedError();
   return impl_->Write(where, "recording the round complete", &batch,
-                      Impl::Log::kSync);
+                      /*sync=*/true);
 }
 
 Result<std::vector<RoundRecord>> CheckpointStore::CompleteRounds() const {
