@@ -62,6 +62,9 @@ void Bind(FlagParser& p, ServerOptions& o) {
               "pushes and pulls in that run's order, so that it ends "
               "bit-identical (from the round given with --resume, if any)");
   p.AddInt("threads", &o.threads, "I/O threads");
+  p.AddInt("apply-threads", &o.apply_threads,
+           "threads that apply a push of a large tensor (512Ki floats or "
+           "more) together, each a run of its blocks; 0: one per core");
   p.AddString("ready-file", &o.ready_file,
               "once listening (and, on shard 0, serving the dashboard), "
               "write this file whole (by rename): JSON with shard_id, "
@@ -254,6 +257,10 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
   }
   if (o.threads < 1 || o.threads > 256) {
     return InvalidArgument("--threads: must be in 1..256");
+  }
+  if (o.apply_threads < 0 || o.apply_threads > 256) {
+    return InvalidArgument(
+        "--apply-threads: must be in 0..256 (0: one per core)");
   }
   if (o.max_frame_bytes < 1024 || o.max_frame_bytes > (uint64_t{1} << 31)) {
     return InvalidArgument("--max-frame-bytes: must be in 1024..2^31");

@@ -39,6 +39,9 @@ struct ServerOptions {
   // resumed, with --resume). Empty: none.
   std::string replay;
   int threads = 2;  // --threads: I/O threads
+  // --apply-threads: threads that apply a push of a large tensor (at least
+  // ParamStore::kParallelApplyFloats floats) together; 0: one per core.
+  int apply_threads = 0;
   // --ready-file: once listening (and the dashboard serving), this JSON
   // file is written whole (README, "tether-server flags"); empty: none.
   std::string ready_file;

@@ -375,41 +375,149 @@ Result<ParamStore::SharedBlock> ParamStore::ShareBlock(uint32_t tensor,
 
 Status ParamStore::ApplyBlock(uint32_t tensor, uint32_t block,
                               std::span<const float> grad, float lr_scale) {
-  TETHER_ASSIGN_OR_RETURN(Tensor * found, FindBlock(tensor, block));
-  Tensor& t = *found;
-  // Checked before Touch so that a rejected push creates nothing.
-  const uint32_t len = t.BlockLen(block, block_size_);
-  if (grad.size() != len) {
-    return InvalidArgument(t.What() + ": block " + std::to_string(block) +
-                           " has " + std::to_string(len) +
-                           " floats, the gradient " +
-                           std::to_string(grad.size()));
+  const BlockGrad one{block, grad};
+  return ApplyBlocks(tensor, std::span(&one, 1), lr_scale, nullptr);
+}
+
+namespace {
+
+// Whether no frame or snapshot shares `buffer` any more, so that it may be
+// written. use_count() is a relaxed read: it does not order the writes to
+// come after the last reader's (a reply's send on another thread). Copying
+// and dropping the pointer does: the drop's decrement is an acquire on the
+// count that reader released. (A fence would too, but ThreadSanitizer
+// cannot see fences.)
+bool Exclusive(const std::shared_ptr<float[]>& buffer) {
+  if (buffer.use_count() != 1) return false;
+  { std::shared_ptr<float[]> acquire = buffer; }
+  return true;
+}
+
+// A buffer an update writes into, with its length.
+struct Buffer {
+  std::shared_ptr<float[]> data;
+  size_t len = 0;
+
+  // Makes it `n` floats that no one else reads: kept if it is, else new.
+  void Fit(size_t n) {
+    if (n == len && (n == 0 || Exclusive(data))) return;
+    data = n == 0 ? nullptr : std::shared_ptr<float[]>(new float[n]);
+    len = n;
   }
-  TETHER_RETURN_IF_ERROR(t.Ready(block));
-  Block& b = t.Touch(block, block_size_, seed_, optimizer_.slots_per_weight());
-  // Out of place, into spare buffers that replace the block's only when
-  // every new value is finite: a refused update leaves the block as it was,
-  // and buffers a frame or a snapshot still holds are never written.
-  std::shared_ptr<float[]> weights = TakeSpare(b.len);
-  std::shared_ptr<float[]> slots = TakeSpare(b.slots_len);
-  const bool finite =
-      optimizer_.Update(b.weights(), b.slots(), grad, {weights.get(), b.len},
-                        {slots.get(), b.slots_len}, b.step + 1, lr_scale);
-  if (finite) {
-    ++b.step;
-    std::swap(b.weights_owner, weights);
-    std::swap(b.slots_owner, slots);
+};
+
+}  // namespace
+
+Status ParamStore::ApplyBlocks(uint32_t tensor,
+                               std::span<const BlockGrad> grads, float lr_scale,
+                               ApplyPool* pool) {
+  struct Job {
+    uint32_t index;
+    Block* block;
+    std::span<const float> grad;
+    bool finite = false;
+  };
+  std::vector<Job> jobs;
+  jobs.reserve(grads.size());
+  Status first;  // the first error; every other block still applies
+  Tensor* t = nullptr;
+  size_t floats = 0;
+  for (const BlockGrad& g : grads) {
+    Result<Tensor*> found = FindBlock(tensor, g.block);
+    if (!found.ok()) {
+      if (first.ok()) first = found.status();
+      continue;
+    }
+    t = *found;
+    // Checked before Touch so that a rejected push creates nothing.
+    const uint32_t len = t->BlockLen(g.block, block_size_);
+    Status s;
+    if (g.grad.size() != len) {
+      s = InvalidArgument(t->What() + ": block " + std::to_string(g.block) +
+                          " has " + std::to_string(len) +
+                          " floats, the gradient " +
+                          std::to_string(g.grad.size()));
+    } else {
+      s = t->Ready(g.block);
+    }
+    if (!s.ok()) {
+      if (first.ok()) first = s;
+      continue;
+    }
+    Block& b =
+        t->Touch(g.block, block_size_, seed_, optimizer_.slots_per_weight());
+    jobs.push_back({g.block, &b, g.grad});
+    floats += b.len;
   }
-  GiveSpare(std::move(weights), b.len);
-  GiveSpare(std::move(slots), b.slots_len);
-  if (!finite) {
-    return Status(Code::kNonFinite,
-                  t.What() + " block " + std::to_string(block) +
-                      ": the update would make a weight or optimizer slot "
-                      "non-finite (overflow); refused, the block is "
-                      "unchanged");
+  if (jobs.empty()) return first;
+
+  // Each part updates a run of blocks in turn, out of place: into buffers
+  // that replace the block's only when every new value is finite, so a
+  // refused update leaves the block as it was, and buffers a frame or a
+  // snapshot still holds are never written. The block's old buffers serve
+  // the part's next block when no one else holds them.
+  int parts = 1;
+  if (pool != nullptr && pool->threads() > 1 &&
+      floats >= kParallelApplyFloats) {
+    parts = static_cast<int>(
+        std::min<size_t>(static_cast<size_t>(pool->threads()), jobs.size()));
+    // Parts must not share a block: a block pushed twice in one push is
+    // applied twice, in order, by one thread.
+    std::vector<uint32_t> indices(jobs.size());
+    for (size_t i = 0; i < jobs.size(); ++i) indices[i] = jobs[i].index;
+    std::sort(indices.begin(), indices.end());
+    if (std::adjacent_find(indices.begin(), indices.end()) != indices.end()) {
+      parts = 1;
+    }
   }
-  return Status::Ok();
+  // Runs of about the same number of floats.
+  std::vector<size_t> bounds(parts + 1, jobs.size());
+  bounds[0] = 0;
+  for (size_t i = 0, sum = 0, part = 1;
+       i < jobs.size() && part < bounds.size() - 1; ++i) {
+    sum += jobs[i].block->len;
+    if (sum * parts >= floats * part) bounds[part++] = i + 1;
+  }
+  std::vector<std::pair<Buffer, Buffer>> buffers(parts);
+  for (int p = 0; p < parts; ++p) {
+    const Block& b = *jobs[bounds[p]].block;
+    buffers[p].first = {TakeSpare(b.len), b.len};
+    buffers[p].second = {TakeSpare(b.slots_len), b.slots_len};
+  }
+  auto run = [&](int p) {
+    auto& [weights, slots] = buffers[p];
+    for (size_t i = bounds[p]; i < bounds[p + 1]; ++i) {
+      Job& j = jobs[i];
+      Block& b = *j.block;
+      weights.Fit(b.len);
+      slots.Fit(b.slots_len);
+      j.finite = optimizer_.Update(
+          b.weights(), b.slots(), j.grad, {weights.data.get(), b.len},
+          {slots.data.get(), b.slots_len}, b.step + 1, lr_scale);
+      if (!j.finite) continue;
+      ++b.step;
+      std::swap(b.weights_owner, weights.data);
+      std::swap(b.slots_owner, slots.data);
+    }
+  };
+  if (parts == 1) {
+    run(0);
+  } else {
+    pool->Run(parts, run);
+  }
+  for (auto& [weights, slots] : buffers) {
+    GiveSpare(std::move(weights.data), weights.len);
+    GiveSpare(std::move(slots.data), slots.len);
+  }
+  for (const Job& j : jobs) {
+    if (j.finite || !first.ok()) continue;
+    first = Status(Code::kNonFinite,
+                   t->What() + " block " + std::to_string(j.index) +
+                       ": the update would make a weight or optimizer slot "
+                       "non-finite (overflow); refused, the block is "
+                       "unchanged");
+  }
+  return first;
 }
 
 std::shared_ptr<float[]> ParamStore::TakeSpare(size_t n) {
@@ -417,13 +525,7 @@ std::shared_ptr<float[]> ParamStore::TakeSpare(size_t n) {
   std::vector<std::shared_ptr<float[]>>& spares = spares_[n];
   for (auto& spare : spares) {
     // One that a frame or snapshot still shares cannot be written.
-    if (spare.use_count() == 1) {
-      // use_count() is a relaxed read: it does not order the writes to come
-      // after the last reader's (a reply's send on another thread). Copying
-      // and dropping the pointer does: the drop's decrement is an acquire on
-      // the count that reader released. (A fence would too, but
-      // ThreadSanitizer cannot see fences.)
-      { std::shared_ptr<float[]> acquire = spare; }
+    if (Exclusive(spare)) {
       std::shared_ptr<float[]> taken = std::move(spare);
       std::swap(spare, spares.back());
       spares.pop_back();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "schema/status.h"
+#include "server/apply_pool.h"
 #include "server/checkpoint.h"
 #include "server/initializer.h"
 #include "server/optimizer.h"
@@ -76,6 +77,19 @@ class ParamStore {
   // unchanged, when the update would make a weight or slot NaN or Inf.
   Status ApplyBlock(uint32_t tensor, uint32_t block,
                     std::span<const float> grad, float lr_scale = 1.0f);
+  // Several blocks of one tensor, as ApplyBlock on each in turn (a block
+  // given twice is applied twice, in order). Returns the first error; the
+  // other blocks still apply. With a `pool` of several threads and at
+  // least kParallelApplyFloats floats in all, the optimizer's arithmetic
+  // runs on the pool's threads, each taking a run of whole blocks; the
+  // result is the same to the bit either way.
+  struct BlockGrad {
+    uint32_t block;
+    std::span<const float> grad;
+  };
+  static constexpr size_t kParallelApplyFloats = size_t{1} << 19;
+  Status ApplyBlocks(uint32_t tensor, std::span<const BlockGrad> grads,
+                     float lr_scale = 1.0f, ApplyPool* pool = nullptr);
 
   // Copies the rows of `keys` into `out` (keys.size() * dim floats, row
   // after row), creating missing rows. kNotFound for an unknown table,

@@ -125,6 +125,7 @@ Status Server::Start() {
     }
     shard_ = std::make_unique<Shard>(0, settings, options_.max_frame_bytes);
     shard_->SetLimits(options_.max_keys, options_.max_waiting);
+    shard_->SetApplyThreads(options_.apply_threads);
     if (!options_.replay.empty()) shard_->ExpectReplay();
     coordinator_ = MakeCoordinator(*shard_, address_);
     coordinator_->OnRoundComplete(
@@ -305,6 +306,7 @@ Status Server::RegisterWithCoordinator() {
   shard_ = std::make_unique<Shard>(options_.shard_id, settings,
                                    options_.max_frame_bytes);
   shard_->SetLimits(options_.max_keys, options_.max_waiting);
+  shard_->SetApplyThreads(options_.apply_threads);
   if (!options_.replay.empty()) shard_->ExpectReplay();
   return Status::Ok();
 }

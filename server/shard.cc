@@ -136,6 +136,11 @@ void Shard::SetLimits(uint64_t max_keys, int max_waiting) {
   max_waiting_ = max_waiting;
 }
 
+void Shard::SetApplyThreads(int threads) {
+  MutexLock lock(&mu_);
+  apply_pool_ = std::make_unique<ApplyPool>(threads);
+}
+
 void Shard::SetStatsExtra(std::function<void(ShardStats&)> extra) {
   stats_extra_ = std::move(extra);
 }
@@ -511,13 +516,12 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   } else {
     // An update refused as overflowing leaves its block unchanged; the
     // push's other blocks still apply, and the worker hears of the first.
+    std::vector<ParamStore::BlockGrad>& grads = block_grads_;
+    grads.clear();
     for (const wire::Block* block : *m.blocks()) {
-      Status applied = store_.ApplyBlock(
-          m.tensor(), block->index(),
-          std::span(block->values()->data(), block->values()->size()),
-          lr_scale);
-      if (s.ok()) s = applied;
+      grads.push_back({block->index(), ToSpan(block->values())});
     }
+    s = store_.ApplyBlocks(m.tensor(), grads, lr_scale, apply_pool_.get());
   }
   ++pushes_;
   ++staleness_histogram_[std::min<int64_t>(staleness, kStalenessBuckets - 1)];
@@ -765,14 +769,15 @@ void Shard::ApplyStagedLocked() {
         auto size = store_.TensorSize(p.tensor);  // checked when staged
         const uint64_t bs = settings_.block_size;
         size_t at = 0;
+        std::vector<ParamStore::BlockGrad>& grads = block_grads_;
+        grads.clear();
         for (uint32_t block : p.blocks) {
           if (!size.ok()) break;
           size_t n = std::min(bs, *size - uint64_t{block} * bs);
-          Status applied = store_.ApplyBlock(
-              p.tensor, block, std::span(p.values.data() + at, n));
+          grads.push_back({block, std::span(p.values.data() + at, n)});
           at += n;
-          if (s.ok()) s = applied;
         }
+        s = store_.ApplyBlocks(p.tensor, grads, 1.0f, apply_pool_.get());
       }
       if (!s.ok()) {
         if (s.code() == Code::kNonFinite) ++reports_[p.rank].nonfinite_pushes;

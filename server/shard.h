@@ -23,6 +23,7 @@
 #include "schema/frame.h"
 #include "schema/mutex.h"
 #include "schema/stats.h"
+#include "server/apply_pool.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/clock_table.h"
@@ -88,6 +89,10 @@ class Shard {
   // `max_waiting` held at once for one connection, are refused (the
   // limits are --max-keys and --max-waiting). Set before serving.
   void SetLimits(uint64_t max_keys, int max_waiting);
+  // Threads that apply a push of a large tensor together (--apply-threads;
+  // 0: one per core); 1, the default, keeps each push on the thread that
+  // took it. Set before serving.
+  void SetApplyThreads(int threads) TETHER_EXCLUDES(mu_);
   // Adds figures the shard does not own to Stats() (shard 0: the chunk
   // accounting). Set before serving.
   void SetStatsExtra(std::function<void(ShardStats&)> extra);
@@ -252,6 +257,9 @@ class Shard {
 
   Mutex mu_;
   ParamStore store_ TETHER_GUARDED_BY(mu_);
+  std::unique_ptr<ApplyPool> apply_pool_ TETHER_GUARDED_BY(mu_);
+  // A push's blocks for ApplyBlocks, kept to allocate nothing per push.
+  std::vector<ParamStore::BlockGrad> block_grads_ TETHER_GUARDED_BY(mu_);
   ClockTable clocks_ TETHER_GUARDED_BY(mu_);
   // Who is connected, evicted, last heard from: see WorkerTable for the
   // parts read and written without mu_.

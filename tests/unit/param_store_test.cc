@@ -8,8 +8,10 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "server/apply_pool.h"
 #include "server/initializer.h"
 #include "server/optimizer.h"
 
@@ -653,6 +655,126 @@ TEST(ParamStore, ProvidedValuesSurviveSnapshotAndRestore) {
   // The block never provided is still waiting for its provider.
   EXPECT_EQ(restored.ReadBlock(*id, 1).status().code(), Code::kNotReady);
   EXPECT_TRUE(restored.DefineTensor("w", {6}, kProvided).ok());
+}
+
+}  // namespace
+}  // namespace tether
+
+// --- ParamStore: a push applied by several threads ---------------------------
+
+namespace tether {
+namespace {
+
+TEST(ApplyPool, RunsEachPartOnceTheFirstOnTheCaller) {
+  ApplyPool pool(3);
+  EXPECT_EQ(pool.threads(), 3);
+  std::vector<std::thread::id> ran(3);
+  std::vector<int> calls(3, 0);
+  pool.Run(3, [&](int part) {
+    ran[part] = std::this_thread::get_id();
+    ++calls[part];
+  });
+  EXPECT_EQ(calls, (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(ran[0], std::this_thread::get_id());
+  EXPECT_NE(ran[1], std::this_thread::get_id());
+  EXPECT_NE(ran[2], std::this_thread::get_id());
+  EXPECT_EQ(pool.spread_runs(), 1u);
+  EXPECT_GE(ApplyPool(0).threads(), 1);  // one per core
+  ApplyPool alone(1);
+  alone.Run(2, [&](int part) { ran[part] = std::this_thread::get_id(); });
+  EXPECT_EQ(ran[1], std::this_thread::get_id());
+  EXPECT_EQ(alone.spread_runs(), 0u);
+}
+
+// A push of a large tensor applied by a pool of threads leaves every weight,
+// slot and update count as applying its blocks one at a time does, to the
+// bit: a block whose update overflows is refused (named, unchanged) while
+// the others apply, a block a reply still shares is not written, and a
+// block given twice is applied twice in order.
+TEST(ParamStore, ApplyBlocksOnAPoolIsBitIdenticalToOneBlockAtATime) {
+  constexpr uint32_t kBlock = 65536;
+  constexpr uint64_t kNumel = 20 * uint64_t{kBlock} + 123;  // 21 blocks
+  static_assert(kNumel >= ParamStore::kParallelApplyFloats);
+  for (OptimizerKind kind :
+       {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
+    SCOPED_TRACE(OptimizerName(kind));
+    // A rate at which a gradient of 3e38 overflows every optimizer.
+    ParamStore pooled(kSeed, kBlock, Opt(kind, 10.0f));
+    ParamStore plain(kSeed, kBlock, Opt(kind, 10.0f));
+    auto id = pooled.DefineTensor("big", {kNumel}, Uniform(0.5f));
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE(plain.DefineTensor("big", {kNumel}, Uniform(0.5f)).ok());
+    ApplyPool pool(4);
+    std::vector<float> grad(kNumel);
+    uint32_t state = 1;
+    for (float& g : grad) {
+      state = state * 1664525u + 1013904223u;
+      g = static_cast<float>(state >> 8) / (1 << 24) - 0.5f;
+    }
+    const uint32_t blocks = (kNumel + kBlock - 1) / kBlock;
+    auto block_grad = [&](uint32_t b) {
+      return std::span<const float>(grad).subspan(
+          uint64_t{b} * kBlock,
+          std::min<uint64_t>(kBlock, kNumel - uint64_t{b} * kBlock));
+    };
+    for (int step = 0; step < 3; ++step) {
+      // Step 1: block 7 overflows; step 2: block 3 is pushed twice.
+      std::vector<float> huge;
+      std::vector<ParamStore::BlockGrad> grads;
+      for (uint32_t b = 0; b < blocks; ++b) grads.push_back({b, block_grad(b)});
+      if (step == 1) {
+        huge.assign(kBlock, 3e38f);
+        grads[7].grad = huge;
+      }
+      if (step == 2) grads.push_back({3, block_grad(3)});
+      // A reply is still sending block 5 of the pooled store.
+      auto shared = pooled.ShareBlock(*id, 5);
+      ASSERT_TRUE(shared.ok());
+      const std::vector<float> sent(shared->values.begin(),
+                                    shared->values.end());
+      const uint64_t spread = pool.spread_runs();
+      Status s = pooled.ApplyBlocks(*id, grads, 0.5f, &pool);
+      EXPECT_EQ(pool.spread_runs(), spread + (step == 2 ? 0 : 1))
+          << "a push of " << kNumel
+          << " floats is spread, unless a block repeats";
+      EXPECT_TRUE(std::equal(sent.begin(), sent.end(), shared->values.begin()));
+      Status expected;
+      for (const ParamStore::BlockGrad& g : grads) {
+        Status one = plain.ApplyBlock(*id, g.block, g.grad, 0.5f);
+        if (expected.ok()) expected = one;
+      }
+      EXPECT_EQ(s.code(), expected.code()) << s.ToString();
+      EXPECT_EQ(s.message(), expected.message());
+      if (step == 1) {
+        EXPECT_EQ(s.code(), Code::kNonFinite);
+        EXPECT_TRUE(Contains(s.message(), "block 7")) << s.message();
+      }
+      const std::vector<float> a = ReadAll(pooled, *id),
+                               b = ReadAll(plain, *id);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+    }
+    // Slots and update counts too: a snapshot of each holds the same bytes.
+    std::vector<TensorSnapshot> ta, tb;
+    std::vector<TableSnapshot> ra, rb;
+    pooled.Snapshot(&ta, &ra);
+    plain.Snapshot(&tb, &rb);
+    ASSERT_EQ(ta.size(), 1u);
+    ASSERT_EQ(tb.size(), 1u);
+    ASSERT_EQ(ta[0].blocks.size(), tb[0].blocks.size());
+    std::sort(ta[0].blocks.begin(), ta[0].blocks.end(),
+              [](const auto& x, const auto& y) { return x.index < y.index; });
+    std::sort(tb[0].blocks.begin(), tb[0].blocks.end(),
+              [](const auto& x, const auto& y) { return x.index < y.index; });
+    for (size_t i = 0; i < ta[0].blocks.size(); ++i) {
+      EXPECT_EQ(ta[0].blocks[i].step, tb[0].blocks[i].step) << "block " << i;
+      const std::span<const float> sa = ta[0].blocks[i].Slots(),
+                                   sb = tb[0].blocks[i].Slots();
+      ASSERT_EQ(sa.size(), sb.size());
+      EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.size() * sizeof(float)), 0)
+          << "block " << i;
+    }
+  }
 }
 
 }  // namespace

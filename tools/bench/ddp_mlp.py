@@ -12,9 +12,14 @@ others. Rank 0 evaluates on the test set every EVAL_EVERY steps.
 
 Prints one line:
   ddp samples/s X seconds S reach Y final A
-(Y: seconds until rank 0 first measured TARGET test accuracy, or "never").
+(Y: seconds from the start of training, after every rank has joined and
+calibrated, until rank 0 first measured TARGET test accuracy, or "never").
 
   python3 ddp_mlp.py WORKERS EPOCHS SLOW SLOWDOWN [EVAL_EVERY] [TARGET]
+
+With --rank R --master HOST:PORT first, this process is rank R alone (the
+others started the same way elsewhere, e.g. in other network namespaces as
+tools/bench/netns does; rank 0 listens on HOST:PORT and prints the line).
 """
 import os
 import socket
@@ -55,11 +60,11 @@ def calibrate(model, loss_fn, x, y):
     return statistics.median(times)
 
 
-def run(rank, world, port, epochs, slow, slowdown, eval_every, target, out):
+def run(rank, world, master, epochs, slow, slowdown, eval_every, target, out):
+    """Trains as rank `rank`; rank 0 puts its result line on `out`."""
     torch.set_num_threads(1)
     torch.manual_seed(7)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master
     dist.init_process_group("gloo", rank=rank, world_size=world)
     x, y = load("train")
     tx, ty = load("t10k")
@@ -94,27 +99,45 @@ def run(rank, world, port, epochs, slow, slowdown, eval_every, target, out):
     if rank == 0:
         final = accuracy(model.module, tx, ty)
         samples = steps_per_epoch * BATCH * world * epochs
-        out.put((samples / seconds, seconds, reach, final))
+        out.put(f"ddp samples/s {samples / seconds:.0f} seconds {seconds:.1f} "
+                f"reach {'never' if reach is None else f'{reach:.1f}'} "
+                f"final {100 * final:.2f}")
     dist.destroy_process_group()
 
 
+class Printer:
+    """`out` for a rank run alone: prints its result line."""
+
+    @staticmethod
+    def put(line):
+        print(line, flush=True)
+
+
 def main():
-    world, epochs, slow = (int(a) for a in sys.argv[1:4])
-    slowdown = float(sys.argv[4])
-    eval_every = int(sys.argv[5]) if len(sys.argv) > 5 else 100
-    target = float(sys.argv[6]) if len(sys.argv) > 6 else 0.85
+    args = sys.argv[1:]
+    rank = None
+    if args[:1] == ["--rank"]:
+        if len(args) < 4 or args[2] != "--master" or ":" not in args[3]:
+            sys.exit("ddp_mlp.py: --rank R needs --master HOST:PORT after it")
+        rank, master = int(args[1]), tuple(args[3].rsplit(":", 1))
+        args = args[4:]
+    world, epochs, slow = (int(a) for a in args[0:3])
+    slowdown = float(args[3])
+    eval_every = int(args[4]) if len(args) > 4 else 100
+    target = float(args[5]) if len(args) > 5 else 0.85
+    if rank is not None:
+        run(rank, world, master, epochs, slow, slowdown, eval_every, target,
+            Printer)
+        return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        master = ("127.0.0.1", str(s.getsockname()[1]))
     ctx = mp.get_context("spawn")
     out = ctx.SimpleQueue()
-    mp.start_processes(run, args=(world, port, epochs, slow, slowdown,
+    mp.start_processes(run, args=(world, master, epochs, slow, slowdown,
                                   eval_every, target, out),
                        nprocs=world, start_method="spawn")
-    rate, seconds, reach, final = out.get()
-    print(f"ddp samples/s {rate:.0f} seconds {seconds:.1f} "
-          f"reach {'never' if reach is None else f'{reach:.1f}'} "
-          f"final {100 * final:.2f}")
+    print(out.get())
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
 //   tether-bench-pushpull --coordinator 127.0.0.1:N --floats 16777216
 //
 // Goodput counts tensor bytes moved: each round pushes the whole tensor and
-// pulls it back, 2 * 4 * floats bytes. Prints "push_pull GB/s X".
+// pulls it back, 2 * 4 * floats bytes. Prints "push_pull GB/s X". With
+// --push-only a round is the push alone (4 * floats bytes, the shard's
+// optimizer applying it before it answers): "push GB/s X".
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -28,6 +30,8 @@ int main(int argc, char** argv) {
   p.AddUint64("floats", &floats, "tensor size in floats");
   p.AddInt("rounds", &rounds, "timed push+pull rounds");
   p.AddInt("warmup", &warmup, "untimed rounds first");
+  bool push_only = false;
+  p.AddBool("push-only", &push_only, "rounds push and do not pull");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   tether::ClientOptions o;
   o.coordinator = coordinator;
@@ -47,7 +51,7 @@ int main(int argc, char** argv) {
   }
   std::vector<float> grad(floats, 1e-3f), weights(floats);
   auto round = [&] {
-    if (auto s = c.Push("bench", grad); !s.ok()) return s;
+    if (auto s = c.Push("bench", grad); !s.ok() || push_only) return s;
     return c.Pull("bench", weights);
   };
   for (int i = 0; i < warmup; ++i) {
@@ -66,7 +70,8 @@ int main(int argc, char** argv) {
   double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  double bytes = 2.0 * sizeof(float) * floats * rounds;
-  std::printf("push_pull GB/s %.3f\n", bytes / secs / 1e9);
+  double bytes = (push_only ? 1.0 : 2.0) * sizeof(float) * floats * rounds;
+  std::printf("%s GB/s %.3f\n", push_only ? "push" : "push_pull",
+              bytes / secs / 1e9);
   return 0;
 }

@@ -1,0 +1,102 @@
+// tether-bench-apply: a shard's optimizer applying pushes of a large tensor
+// in memory (no network), on --threads threads (an ApplyPool, as
+// tether-server --apply-threads) against one thread, alternating.
+//
+//   tether-bench-apply --floats 16777216 --optimizer adam --threads 0
+//
+// Each round applies the whole tensor as the shard gets it: frames of 16
+// blocks of 65536 floats (the client's 4 MiB cut). Goodput counts gradient
+// bytes applied (4 * floats per round). Prints
+//   "apply_store GB/s X threads T | GB/s Y threads 1 | ratio R".
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include "schema/flags.h"
+#include "server/param_store.h"
+
+namespace {
+
+using tether::ParamStore;
+
+// Seconds per round, the median of `rounds` after one untimed.
+double Time(tether::OptimizerOptions optimizer, uint64_t floats, int threads,
+            int rounds) {
+  constexpr uint32_t kBlock = 65536, kPerFrame = 16;
+  ParamStore store(1, kBlock, optimizer);
+  auto id = store.DefineTensor("bench", {floats}, {});
+  if (!id.ok()) {
+    std::cerr << "tether-bench-apply: " << id.status().message() << "\n";
+    std::exit(1);
+  }
+  tether::ApplyPool pool(threads);
+  std::vector<float> grad(floats, 1e-3f);
+  const uint32_t blocks = (floats + kBlock - 1) / kBlock;
+  std::vector<ParamStore::BlockGrad> frame;
+  std::vector<double> times;
+  for (int r = 0; r <= rounds; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    for (uint32_t first = 0; first < blocks; first += kPerFrame) {
+      frame.clear();
+      for (uint32_t b = first; b < std::min(blocks, first + kPerFrame); ++b) {
+        const uint64_t at = uint64_t{b} * kBlock;
+        frame.push_back({b, std::span<const float>(grad).subspan(
+                                at, std::min<uint64_t>(kBlock, floats - at))});
+      }
+      if (auto s = store.ApplyBlocks(*id, frame, 1.0f, &pool); !s.ok()) {
+        std::cerr << "tether-bench-apply: " << s.message() << "\n";
+        std::exit(1);
+      }
+    }
+    if (r > 0) {
+      times.push_back(std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count());
+    }
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t floats = uint64_t{16} << 20;
+  int threads = 0;
+  int rounds = 10;
+  std::string optimizer = "adam";
+  tether::FlagParser p("tether-bench-apply",
+                       "a shard's optimizer on several threads vs one");
+  p.AddUint64("floats", &floats, "tensor size in floats");
+  p.AddInt("threads", &threads, "apply threads (0: one per core)");
+  p.AddInt("rounds", &rounds, "timed rounds per configuration");
+  p.AddString("optimizer", &optimizer, "sgd, momentum, adagrad or adam");
+  if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
+  auto kind = tether::ParseOptimizerKind(optimizer);
+  if (!kind.ok() || floats == 0 || rounds < 1) {
+    std::cerr << "tether-bench-apply: "
+              << (kind.ok() ? "--floats and --rounds must be positive"
+                            : "--optimizer: " + kind.status().message())
+              << "\n";
+    return 1;
+  }
+  tether::OptimizerOptions o;
+  o.kind = *kind;
+  o.lr = 1e-3f;
+  const int resolved = tether::ApplyPool(threads).threads();
+  // Alternating, so that a noisy neighbour weighs on both alike.
+  std::vector<double> many, one;
+  for (int i = 0; i < 3; ++i) {
+    many.push_back(Time(o, floats, threads, rounds));
+    one.push_back(Time(o, floats, 1, rounds));
+  }
+  std::sort(many.begin(), many.end());
+  std::sort(one.begin(), one.end());
+  const double bytes = 4.0 * floats;
+  std::printf(
+      "apply_store GB/s %.2f threads %d | GB/s %.2f threads 1 | ratio %.2f\n",
+      bytes / many[1] / 1e9, resolved, bytes / one[1] / 1e9, one[1] / many[1]);
+  return 0;
+}
