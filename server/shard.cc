@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "schema/bf16.h"
 #include "schema/log.h"
 #include "schema/stats_frame.h"
 
@@ -296,32 +297,33 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
     ++held;
     // Answered by the Clock that lets the slowest worker catch up; the
     // reply is built then, so it carries every update up to that moment.
-    clocks_.Wait(clock, staleness,
-                 [this, conn, id = m.request_id(), tensor = m.tensor(),
-                  sparse = m.sparse(), blocks = std::move(blocks),
-                  keys = std::move(keys), rank = peer.rank] {
-                   mu_.AssertHeld();  // run by ClocksMovedLocked
-                   if (--waiting_by_conn_[conn.get()] <= 0) {
-                     waiting_by_conn_.erase(conn.get());
-                   }
-                   RecordLocked({RecordedEvent::Kind::kPull, rank,
-                                 clocks_.clock(rank), tensor});
-                   OutFrame reply =
-                       BuildPullReplyLocked(id, tensor, sparse, blocks, keys);
-                   bytes_out_ += reply->size();
-                   released_.push_back({conn, std::move(reply)});
-                 });
+    clocks_.Wait(
+        clock, staleness,
+        [this, conn, id = m.request_id(), tensor = m.tensor(),
+         sparse = m.sparse(), bf16 = m.bf16(), blocks = std::move(blocks),
+         keys = std::move(keys), rank = peer.rank] {
+          mu_.AssertHeld();  // run by ClocksMovedLocked
+          if (--waiting_by_conn_[conn.get()] <= 0) {
+            waiting_by_conn_.erase(conn.get());
+          }
+          RecordLocked(
+              {RecordedEvent::Kind::kPull, rank, clocks_.clock(rank), tensor});
+          OutFrame reply =
+              BuildPullReplyLocked(id, tensor, sparse, bf16, blocks, keys);
+          bytes_out_ += reply->size();
+          released_.push_back({conn, std::move(reply)});
+        });
     return;
   }
   record();
   OutFrame reply = BuildPullReplyLocked(m.request_id(), m.tensor(), m.sparse(),
-                                        blocks, keys);
+                                        m.bf16(), blocks, keys);
   bytes_out_ += reply->size();
   out.Add(conn, std::move(reply));
 }
 
 OutFrame Shard::BuildPullReplyLocked(uint64_t request_id, uint32_t tensor,
-                                     bool sparse,
+                                     bool sparse, bool bf16,
                                      const std::vector<uint32_t>& blocks,
                                      const std::vector<uint64_t>& keys) {
   if (sparse) {
@@ -330,25 +332,51 @@ OutFrame Shard::BuildPullReplyLocked(uint64_t request_id, uint32_t tensor,
     size_t n = keys.size() * *dim;
     auto fbb = MakeBuilder(256 + n * sizeof(float));
     float* rows = nullptr;
-    auto rows_offset = fbb.CreateUninitializedVector(n, &rows);
+    flatbuffers::Offset<flatbuffers::Vector<float>> rows_offset;
+    std::vector<float>& wide = wire_scratch_;
+    if (bf16) {
+      wide.resize(n);
+      rows = wide.data();
+    } else {
+      rows_offset = fbb.CreateUninitializedVector(n, &rows);
+    }
     Status s = store_.ReadRows(tensor, keys, std::span<float>(rows, n));
     if (!s.ok()) return MakeErrorFrame(request_id, s);
+    flatbuffers::Offset<flatbuffers::Vector<uint16_t>> half_offset;
+    if (bf16) {
+      uint16_t* half = nullptr;
+      half_offset = fbb.CreateUninitializedVector(n, &half);
+      ToBf16(std::span<const float>(rows, n), half);
+    }
     wire::PullReplyBuilder b(fbb);
     b.add_request_id(request_id);
-    b.add_rows(rows_offset);
+    if (bf16) {
+      b.add_rows_bf16(half_offset);
+    } else {
+      b.add_rows(rows_offset);
+    }
     b.add_min_clock(clocks_.min_clock());
     return FinishFrame(fbb, b.Finish());
   }
   // Only the metadata is built here; the weights go out straight from the
   // store, kept unchanged by ShareBlock until the reply has been written.
-  auto fbb =
-      MakeBuilder(1024 + blocks.size() * (settings_.block_size * 4 + 32));
+  // As bfloat16 they are converted into the frame.
+  auto fbb = MakeBuilder(
+      1024 + blocks.size() * (settings_.block_size * (bf16 ? 2 : 4) + 32));
   FrameSplicer splicer(fbb);
   std::vector<flatbuffers::Offset<wire::Block>> out;
   out.reserve(blocks.size());
   for (uint32_t index : blocks) {
     auto shared = store_.ShareBlock(tensor, index);
     if (!shared.ok()) return MakeErrorFrame(request_id, shared.status());
+    if (bf16) {
+      uint16_t* half = nullptr;
+      auto half_offset =
+          fbb.CreateUninitializedVector(shared->values.size(), &half);
+      ToBf16(shared->values, half);
+      out.push_back(wire::CreateBlock(fbb, index, 0, half_offset));
+      continue;
+    }
     auto values = splicer.AddFloats(shared->values, std::move(shared->owner));
     out.push_back(wire::CreateBlock(fbb, index, values));
   }
@@ -447,8 +475,77 @@ Status Shard::CheckSparsePush(const wire::Push& m) {
   return CheckFinite(m, {m.rows()->data(), m.rows()->size()}, "", 0);
 }
 
+namespace {
+
+// Whether a push carries bfloat16 values (a client with wire dtype bf16).
+bool CarriesBf16(const wire::Push& m) {
+  if (m.rows_bf16() != nullptr) return true;
+  if (m.blocks() == nullptr) return false;
+  for (const wire::Block* block : *m.blocks()) {
+    if (block->bf16() != nullptr) return true;
+  }
+  return false;
+}
+
+// The same push with its bfloat16 values widened to f32 (a block or rows
+// that carry both keep their f32 values), as a finished buffer whose root
+// is the Push.
+flatbuffers::DetachedBuffer WidenPush(const wire::Push& m) {
+  size_t floats = m.rows_bf16() ? m.rows_bf16()->size() : 0;
+  if (m.blocks() != nullptr) {
+    for (const wire::Block* block : *m.blocks()) {
+      floats += block->bf16() ? block->bf16()->size() : 0;
+    }
+  }
+  // Room for the widened values, so that the builder never grows, drawn
+  // from the buffer pool (fresh memory would page-fault on every push).
+  flatbuffers::FlatBufferBuilder fbb =
+      MakeBuilder(1024 + floats * sizeof(float) +
+                  (m.blocks() ? m.blocks()->size() * 32 : 0) +
+                  (m.keys() ? m.keys()->size() * 8 : 0) +
+                  (m.rows() ? m.rows()->size() * sizeof(float) : 0));
+  auto widen = [&fbb](const flatbuffers::Vector<float>* values,
+                      const flatbuffers::Vector<uint16_t>* half) {
+    if (values != nullptr || half == nullptr) {
+      return values == nullptr
+                 ? flatbuffers::Offset<flatbuffers::Vector<float>>()
+                 : fbb.CreateVector(values->data(), values->size());
+    }
+    float* wide = nullptr;
+    auto offset = fbb.CreateUninitializedVector(half->size(), &wide);
+    FromBf16({half->data(), half->size()}, wide);
+    return offset;
+  };
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Block>>>
+      blocks;
+  if (m.blocks() != nullptr) {
+    std::vector<flatbuffers::Offset<wire::Block>> out;
+    out.reserve(m.blocks()->size());
+    for (const wire::Block* block : *m.blocks()) {
+      out.push_back(wire::CreateBlock(fbb, block->index(),
+                                      widen(block->values(), block->bf16())));
+    }
+    blocks = fbb.CreateVector(out);
+  }
+  auto keys = m.keys() == nullptr
+                  ? flatbuffers::Offset<flatbuffers::Vector<uint64_t>>()
+                  : fbb.CreateVector(m.keys()->data(), m.keys()->size());
+  auto rows = widen(m.rows(), m.rows_bf16());
+  fbb.Finish(wire::CreatePush(fbb, m.request_id(), m.tensor(), m.read_clock(),
+                              blocks, keys, rows, m.sparse(), m.provide()));
+  return fbb.Release();
+}
+
+}  // namespace
+
 void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
                    Connection& conn) {
+  if (CarriesBf16(m)) {
+    // Widened on arrival: everything past here (checks, the optimizer, a
+    // recording's digest) sees f32 values.
+    const flatbuffers::DetachedBuffer wide = WidenPush(m);
+    return OnPush(peer, *flatbuffers::GetRoot<wire::Push>(wide.data()), conn);
+  }
   // The digest of its values is taken before the lock.
   std::optional<RecordedEvent> recorded;
   if (settings_.record && peer.role == wire::Role::Worker) {

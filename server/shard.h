@@ -196,9 +196,10 @@ class Shard {
   void OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
                 Connection& conn) TETHER_EXCLUDES(mu_);
 
-  // Builds the reply to a pull; an Error frame when it cannot be answered.
+  // Builds the reply to a pull (values as bfloat16 with `bf16`); an Error
+  // frame when it cannot be answered.
   OutFrame BuildPullReplyLocked(uint64_t request_id, uint32_t tensor,
-                                bool sparse,
+                                bool sparse, bool bf16,
                                 const std::vector<uint32_t>& blocks,
                                 const std::vector<uint64_t>& keys)
       TETHER_REQUIRES(mu_);
@@ -260,6 +261,8 @@ class Shard {
   std::unique_ptr<ApplyPool> apply_pool_ TETHER_GUARDED_BY(mu_);
   // A push's blocks for ApplyBlocks, kept to allocate nothing per push.
   std::vector<ParamStore::BlockGrad> block_grads_ TETHER_GUARDED_BY(mu_);
+  // Rows read for a bfloat16 reply, before they are narrowed into it.
+  std::vector<float> wire_scratch_ TETHER_GUARDED_BY(mu_);
   ClockTable clocks_ TETHER_GUARDED_BY(mu_);
   // Who is connected, evicted, last heard from: see WorkerTable for the
   // parts read and written without mu_.

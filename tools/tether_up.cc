@@ -75,6 +75,7 @@ struct UpOptions {
   RunSettings run = UpRunDefaults();
   int slow = 1;           // how many workers (the last ranks) are slowed
   double slowdown = 3.0;  // how much slower they are
+  std::string wire_dtype = "f32";  // --wire-dtype, given to every worker
   int staleness = 3;
   std::string model = "mlp";
   // FILE.py:CLASS: workers are `python3 -m tether.worker` training this
@@ -169,6 +170,7 @@ const std::vector<RunFlag>& RunFlags() {
          [](auto& o) { return std::to_string(o.eval_every); }},
         {"gpu-workers", false,
          [](auto& o) { return std::to_string(o.gpu_workers); }},
+        {"wire-dtype", false, [](auto& o) { return o.wire_dtype; }},
     };
     out.insert(out.end(), own.begin(), own.end());
     return out;
@@ -405,14 +407,16 @@ Status Launcher::StartWorkers() {
     // Joining a running run: the coordinator gives each a free rank.
     const int rank = o_.join.empty() ? r : -1;
     for (const std::string& arg :
-         {std::string("--coordinator"), coordinator_, std::string("--rank"),
-          std::to_string(rank), std::string("--staleness"),
-          std::to_string(o_.staleness), std::string("--data"), o_.data,
-          std::string("--epochs"), std::to_string(o_.epochs),
-          std::string("--batch"), std::to_string(o_.batch),
-          std::string("--threads"), std::to_string(o_.threads),
-          std::string("--chunk-rows"), std::to_string(o_.chunk_rows),
-          std::string("--eval-every"), std::to_string(o_.eval_every),
+         {std::string("--coordinator"), coordinator_,
+          std::string("--rank"),        std::to_string(rank),
+          std::string("--staleness"),   std::to_string(o_.staleness),
+          std::string("--data"),        o_.data,
+          std::string("--epochs"),      std::to_string(o_.epochs),
+          std::string("--batch"),       std::to_string(o_.batch),
+          std::string("--threads"),     std::to_string(o_.threads),
+          std::string("--chunk-rows"),  std::to_string(o_.chunk_rows),
+          std::string("--eval-every"),  std::to_string(o_.eval_every),
+          std::string("--wire-dtype"),  o_.wire_dtype,
           std::string("--quiet")}) {
       argv.push_back(arg);
     }
@@ -848,6 +852,9 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddInt("gpu-workers", &o.gpu_workers,
            "how many workers (the first ranks) compute on the GPU "
            "(--device cuda)");
+  p.AddString("wire-dtype", &o.wire_dtype,
+              "f32, or bf16: workers push gradients and pull weights as "
+              "bfloat16 (half the bytes; the shards keep f32)");
   p.AddString("log-dir", &o.log_dir, "where logs go (default: a new /tmp dir)");
   p.AddString("data-dir", &o.data_dir,
               "shards keep checkpoints in DIR/shard0, DIR/shard1, ... "
@@ -1183,6 +1190,11 @@ int Main(int argc, char** argv) {
     std::cerr << "tether-up: need --shards >= 1, --workers >= 1, 0 <= --slow "
                  "<= --workers, --slowdown >= 1, 0 <= --gpu-workers <= "
                  "--workers\n";
+    return 2;
+  }
+  if (o.wire_dtype != "f32" && o.wire_dtype != "bf16") {
+    std::cerr << "tether-up: --wire-dtype " << o.wire_dtype
+              << ": f32 or bf16\n";
     return 2;
   }
   if (o.chunk_rows < -1) {

@@ -83,6 +83,9 @@ struct Client::Impl {
     return Defined(tensors.begin(), tensors.end());
   }
 
+  // Whether values travel as bfloat16 (ClientOptions::wire_dtype).
+  bool bf16() const { return options.wire_dtype == WireDtype::kBf16; }
+
   const ClientOptions options;
   WelcomeInfo welcome;  // written by Connect() only
   std::atomic<int64_t> clock{0};
@@ -244,7 +247,8 @@ void Client::PullAsync(const std::string& name, std::span<float> out,
   auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
   for (auto& [shard, blocks] : *parts) {
     uint64_t request = c.links.NextId();
-    c.links.Send(shard, request, PullBlocksFrame(request, meta->id, blocks),
+    c.links.Send(shard, request,
+                 PullBlocksFrame(request, meta->id, blocks, c.bf16()),
                  [fanout, out, bs](const wire::Message* m, const Status& e) {
                    if (m == nullptr) return fanout->Finish(e);
                    const wire::PullReply* reply = m->body_as_PullReply();
@@ -321,7 +325,7 @@ void Client::PushDense(const std::string& name, std::span<const float> grad,
     // The gradient is sent from the caller's buffer, which stays valid
     // until `done` runs (after every part is acknowledged).
     OutFrame frame = PushBlocksFrame(request, meta->id, read_clock, provide,
-                                     blocks, bs, grad);
+                                     blocks, bs, grad, c.bf16());
     c.links.Send(
         shard, request, std::move(frame),
         [this, fanout](const wire::Message* m, const Status& e) {
@@ -367,7 +371,7 @@ void Client::PullRowsAsync(const std::string& table,
   auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
   for (KeyPart& part : *parts) {
     uint64_t request = c.links.NextId();
-    OutFrame frame = PullRowsFrame(request, meta->id, part);
+    OutFrame frame = PullRowsFrame(request, meta->id, part, c.bf16());
     c.links.Send(part.shard, request, std::move(frame),
                  [fanout, out, dim, positions = std::move(part.positions)](
                      const wire::Message* m, const Status& e) {
@@ -431,8 +435,8 @@ void Client::PushSparse(const std::string& table,
   auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
   for (KeyPart& part : *parts) {
     uint64_t request = c.links.NextId();
-    OutFrame frame =
-        PushRowsFrame(request, meta->id, read_clock, provide, part, dim, grads);
+    OutFrame frame = PushRowsFrame(request, meta->id, read_clock, provide, part,
+                                   dim, grads, c.bf16());
     c.links.Send(
         part.shard, request, std::move(frame),
         [fanout](const wire::Message* m, const Status& e) {

@@ -44,6 +44,9 @@ namespace tether {
 
 enum class InitKind { kZeros, kUniform, kNormal, kConstant, kProvided };
 
+// How values travel between a client and the shards (ClientOptions).
+enum class WireDtype { kF32, kBf16 };
+
 // How a tensor's or table's values start: kUniform in [-scale, scale),
 // kNormal with standard deviation `scale`, kConstant equal to `scale`.
 // Values are a pure function of the run seed, the name and the index.
@@ -79,8 +82,13 @@ struct ClientOptions {
   TlsOptions tls;
   size_t max_frame_bytes = size_t{64} << 20;
   size_t chunk_bytes = size_t{4} << 20;  // payload per request frame
-  int connect_timeout_ms = 10000;        // per shard, retrying refused connects
-  int join_timeout_ms = 600000;          // for the coordinator's Welcome
+  // Values on the wire: kF32 exact; kBf16 sends gradients and receives
+  // weights as bfloat16 (half the bytes; rounded to nearest even), while
+  // the shards keep f32 weights and optimizer state. Initial values a
+  // worker provides always travel as f32.
+  WireDtype wire_dtype = WireDtype::kF32;
+  int connect_timeout_ms = 10000;  // per shard, retrying refused connects
+  int join_timeout_ms = 600000;    // for the coordinator's Welcome
   // Heartbeats to every shard (so an idle connection is not closed) until
   // the Welcome says how
   // often the run wants them; a worker that stops sending them (stopped,

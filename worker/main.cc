@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
   p.AddInt("connect-timeout-ms", &o.connect_timeout_ms,
            "how long to keep dialling a shard that refuses, or whose host "
            "name does not resolve yet (a pod not yet scheduled)");
+  p.AddString("wire-dtype", &o.wire_dtype,
+              "f32, or bf16: push gradients and pull weights as bfloat16 "
+              "(half the bytes; the shards keep f32 weights and optimizer "
+              "state)");
   tether::BindTlsFlags(p, &o.tls);
   p.AddBool("check", &o.check,
             "check the flags (and TETHER_* variables), print what this "

@@ -46,13 +46,19 @@ std::string WorkerManifest(const TrainerOptions& o,
   }
   json::array args;
   for (const std::string& a : argv) args.push_back(json::value(a));
-  json::object settings{
-      {"model", o.model},         {"hidden", o.model == "mlp" ? o.hidden : ""},
-      {"batch", o.batch},         {"epochs", o.epochs},
-      {"threads", o.threads},     {"device", o.device},
-      {"slowdown", o.slowdown},   {"chunk_rows", o.chunk_rows},
-      {"staleness", o.staleness}, {"eval_every", o.eval_every},
-      {"data", o.data},           {"test_data", test}};
+  json::object settings{{"model", o.model},
+                        {"hidden", o.model == "mlp" ? o.hidden : ""},
+                        {"batch", o.batch},
+                        {"epochs", o.epochs},
+                        {"threads", o.threads},
+                        {"device", o.device},
+                        {"slowdown", o.slowdown},
+                        {"chunk_rows", o.chunk_rows},
+                        {"staleness", o.staleness},
+                        {"eval_every", o.eval_every},
+                        {"data", o.data},
+                        {"test_data", test},
+                        {"wire_dtype", o.wire_dtype}};
   return json::serialize(json::object{{"program", "tether-worker"},
                                       {"version", TetherVersion()},
                                       {"commit", TetherCommit()},

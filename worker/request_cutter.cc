@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "schema/bf16.h"
+
 namespace tether::client_internal {
 
 Result<std::vector<BlockPart>> CutBlocks(const Slicer& slicer, uint32_t tensor,
@@ -66,24 +68,37 @@ Result<std::vector<KeyPart>> CutKeys(const Slicer& slicer, uint32_t table,
 }
 
 OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
-                         const std::vector<uint32_t>& blocks) {
+                         const std::vector<uint32_t>& blocks, bool bf16) {
   flatbuffers::FlatBufferBuilder fbb(64 + blocks.size() * 4);
   auto blocks_offset = fbb.CreateVector(blocks);
-  return FinishFrame(fbb,
-                     wire::CreatePull(fbb, request, tensor, blocks_offset));
+  wire::PullBuilder pb(fbb);
+  pb.add_request_id(request);
+  pb.add_tensor(tensor);
+  pb.add_blocks(blocks_offset);
+  pb.add_bf16(bf16);
+  return FinishFrame(fbb, pb.Finish());
 }
 
 OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
                          bool provide, const std::vector<uint32_t>& blocks,
-                         uint32_t block_size, std::span<const float> values) {
+                         uint32_t block_size, std::span<const float> values,
+                         bool bf16) {
   const uint32_t bs = block_size;
-  auto fbb = MakeBuilder(256 + blocks.size() * (bs * 4 + 32));
+  bf16 = bf16 && !provide;  // initial values travel exact
+  auto fbb = MakeBuilder(256 + blocks.size() * (bs * (bf16 ? 2 : 4) + 32));
   FrameSplicer splicer(fbb);
   std::vector<flatbuffers::Offset<wire::Block>> out;
   out.reserve(blocks.size());
   for (uint32_t b : blocks) {
     uint64_t first = uint64_t{b} * bs;
     uint64_t n = std::min<uint64_t>(bs, values.size() - first);
+    if (bf16) {
+      uint16_t* half = nullptr;
+      auto half_offset = fbb.CreateUninitializedVector(n, &half);
+      ToBf16(values.subspan(first, n), half);
+      out.push_back(wire::CreateBlock(fbb, b, 0, half_offset));
+      continue;
+    }
     auto spliced = splicer.AddFloats(values.subspan(first, n));
     out.push_back(wire::CreateBlock(fbb, b, spliced));
   }
@@ -97,7 +112,8 @@ OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
   return splicer.Finish(pb.Finish());
 }
 
-OutFrame PullRowsFrame(uint64_t request, uint32_t table, const KeyPart& part) {
+OutFrame PullRowsFrame(uint64_t request, uint32_t table, const KeyPart& part,
+                       bool bf16) {
   flatbuffers::FlatBufferBuilder fbb(64 + part.keys.size() * 8);
   auto keys_offset = fbb.CreateVector(part.keys);
   wire::PullBuilder pb(fbb);
@@ -105,27 +121,43 @@ OutFrame PullRowsFrame(uint64_t request, uint32_t table, const KeyPart& part) {
   pb.add_tensor(table);
   pb.add_keys(keys_offset);
   pb.add_sparse(true);
+  pb.add_bf16(bf16);
   return FinishFrame(fbb, pb.Finish());
 }
 
 OutFrame PushRowsFrame(uint64_t request, uint32_t table, int64_t read_clock,
                        bool provide, const KeyPart& part, uint64_t dim,
-                       std::span<const float> values) {
+                       std::span<const float> values, bool bf16) {
   size_t n = part.keys.size() * dim;
+  bf16 = bf16 && !provide;  // initial values travel exact
   auto fbb = MakeBuilder(256 + part.keys.size() * 8 + n * 4);
   auto keys_offset = fbb.CreateVector(part.keys);
-  float* rows = nullptr;
-  auto rows_offset = fbb.CreateUninitializedVector(n, &rows);
-  for (size_t i = 0; i < part.positions.size(); ++i) {
-    std::memcpy(rows + i * dim, values.data() + part.positions[i] * dim,
-                dim * sizeof(float));
+  flatbuffers::Offset<flatbuffers::Vector<float>> rows_offset;
+  flatbuffers::Offset<flatbuffers::Vector<uint16_t>> half_offset;
+  if (bf16) {
+    uint16_t* half = nullptr;
+    half_offset = fbb.CreateUninitializedVector(n, &half);
+    for (size_t i = 0; i < part.positions.size(); ++i) {
+      ToBf16(values.subspan(part.positions[i] * dim, dim), half + i * dim);
+    }
+  } else {
+    float* rows = nullptr;
+    rows_offset = fbb.CreateUninitializedVector(n, &rows);
+    for (size_t i = 0; i < part.positions.size(); ++i) {
+      std::memcpy(rows + i * dim, values.data() + part.positions[i] * dim,
+                  dim * sizeof(float));
+    }
   }
   wire::PushBuilder pb(fbb);
   pb.add_request_id(request);
   pb.add_tensor(table);
   pb.add_read_clock(read_clock);
   pb.add_keys(keys_offset);
-  pb.add_rows(rows_offset);
+  if (bf16) {
+    pb.add_rows_bf16(half_offset);
+  } else {
+    pb.add_rows(rows_offset);
+  }
   pb.add_sparse(true);
   pb.add_provide(provide);
   return FinishFrame(fbb, pb.Finish());
@@ -140,13 +172,21 @@ Status CopyPulledBlocks(const wire::PullReply& reply, uint32_t block_size,
   const uint64_t size = out.size();
   for (const wire::Block* block : *reply.blocks()) {
     uint64_t first = uint64_t{block->index()} * bs;
-    uint64_t n = block->values() ? block->values()->size() : 0;
+    const auto* half = block->bf16();
+    uint64_t n = block->values() ? block->values()->size()
+                 : half          ? half->size()
+                                 : 0;
     if (first >= size || n != std::min<uint64_t>(bs, size - first)) {
       return ProtocolError("pull reply block " +
                            std::to_string(block->index()) +
                            " does not fit the tensor");
     }
-    std::memcpy(out.data() + first, block->values()->data(), n * sizeof(float));
+    if (block->values() != nullptr) {
+      std::memcpy(out.data() + first, block->values()->data(),
+                  n * sizeof(float));
+    } else {
+      FromBf16({half->data(), half->size()}, out.data() + first);
+    }
   }
   return Status::Ok();
 }
@@ -154,14 +194,20 @@ Status CopyPulledBlocks(const wire::PullReply& reply, uint32_t block_size,
 Status CopyPulledRows(const wire::PullReply& reply,
                       std::span<const size_t> positions, uint64_t dim,
                       std::span<float> out) {
-  if (reply.rows() == nullptr ||
-      reply.rows()->size() != positions.size() * dim) {
+  const auto* half = reply.rows_bf16();
+  const size_t got = reply.rows() ? reply.rows()->size()
+                     : half       ? half->size()
+                                  : SIZE_MAX;
+  if (got != positions.size() * dim) {
     return ProtocolError("row pull answered with the wrong rows");
   }
-  const float* rows = reply.rows()->data();
   for (size_t i = 0; i < positions.size(); ++i) {
-    std::memcpy(out.data() + positions[i] * dim, rows + i * dim,
-                dim * sizeof(float));
+    float* to = out.data() + positions[i] * dim;
+    if (reply.rows() != nullptr) {
+      std::memcpy(to, reply.rows()->data() + i * dim, dim * sizeof(float));
+    } else {
+      FromBf16({half->data() + i * dim, dim}, to);
+    }
   }
   return Status::Ok();
 }

@@ -51,28 +51,36 @@ Result<std::vector<KeyPart>> CutKeys(const Slicer& slicer, uint32_t table,
                                      uint32_t dim, int num_shards,
                                      size_t chunk_bytes);
 
-// Request `request`: the values of `blocks` of dense tensor `tensor`.
+// Request `request`: the values of `blocks` of dense tensor `tensor`, as
+// bfloat16 with `bf16`.
 OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
-                         const std::vector<uint32_t>& blocks);
+                         const std::vector<uint32_t>& blocks,
+                         bool bf16 = false);
 
 // Request `request`: `values` (the whole tensor, `block_size` floats a
 // block, the last one shorter) of `blocks`, as a gradient or, with
 // `provide`, as initial values. The floats are spliced in, not copied:
-// `values` must stay valid until the frame is sent.
+// `values` must stay valid until the frame is sent. With `bf16` a gradient
+// goes as bfloat16 (converted into the frame); initial values never do.
 OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
                          bool provide, const std::vector<uint32_t>& blocks,
-                         uint32_t block_size, std::span<const float> values);
+                         uint32_t block_size, std::span<const float> values,
+                         bool bf16 = false);
 
-// Request `request`: the rows of `part.keys` of sparse table `table`.
-OutFrame PullRowsFrame(uint64_t request, uint32_t table, const KeyPart& part);
+// Request `request`: the rows of `part.keys` of sparse table `table`, as
+// bfloat16 with `bf16`.
+OutFrame PullRowsFrame(uint64_t request, uint32_t table, const KeyPart& part,
+                       bool bf16 = false);
 
 // Request `request`: the rows of `part.keys`, copied from `values` (the
-// whole request, `dim` floats a row, at `part.positions`).
+// whole request, `dim` floats a row, at `part.positions`); a gradient as
+// bfloat16 with `bf16`, initial values never.
 OutFrame PushRowsFrame(uint64_t request, uint32_t table, int64_t read_clock,
                        bool provide, const KeyPart& part, uint64_t dim,
-                       std::span<const float> values);
+                       std::span<const float> values, bool bf16 = false);
 
-// Copies the blocks of a pull reply into `out` (the whole tensor).
+// Copies the blocks of a pull reply into `out` (the whole tensor), f32 or
+// bfloat16 (widened).
 // kProtocolError if the reply holds no blocks or a block that does not fit
 // the tensor (outside it, or of the wrong length); `out` may then be
 // partly written.

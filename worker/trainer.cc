@@ -70,6 +70,7 @@ ClientOptions ClientOptionsFor(const TrainerOptions& o) {
   co.auth_key_file = o.auth_key_file;
   co.tls = o.tls;
   co.connect_timeout_ms = o.connect_timeout_ms;
+  co.wire_dtype = o.wire_dtype == "bf16" ? WireDtype::kBf16 : WireDtype::kF32;
   co.rank = o.rank;
   co.staleness = o.staleness;
   co.command = o.command;
@@ -86,6 +87,7 @@ Result<std::unique_ptr<Client>> PullAsObserver(const TrainerOptions& o,
   co.rank = -1;
   co.command.clear();
   co.name = name;
+  co.wire_dtype = WireDtype::kF32;  // the weights as they are
   TETHER_ASSIGN_OR_RETURN(auto client, Client::Connect(co));
   for (const ParamSpec& spec : model.specs()) {
     TETHER_RETURN_IF_ERROR(
@@ -213,6 +215,10 @@ Status CheckTrainerOptions(const TrainerOptions& o) {
     return InvalidArgument("--connect-timeout-ms: must be >= 0");
   }
   TETHER_RETURN_IF_ERROR(CheckTlsOptions(o.tls));
+  if (o.wire_dtype != "f32" && o.wire_dtype != "bf16") {
+    return InvalidArgument("--wire-dtype: f32 or bf16, not '" + o.wire_dtype +
+                           "'");
+  }
   if (o.batch < 1) return InvalidArgument("--batch: must be at least 1");
   if (o.epochs < 1) return InvalidArgument("--epochs: must be at least 1");
   if (o.threads < 1) return InvalidArgument("--threads: must be at least 1");
@@ -260,6 +266,7 @@ std::string DescribeTrainerOptions(const TrainerOptions& o) {
   line += ", staleness " + std::to_string(o.staleness);
   line += ", " + std::to_string(o.epochs) + " epoch(s)";
   if (o.slowdown > 1) line += ", slowed " + NumberText(o.slowdown) + "x";
+  if (o.wire_dtype == "bf16") line += ", bfloat16 on the wire";
   line += o.tls.enabled() ? ", TLS" : ", plain TCP";
   if (!o.auth_key_file.empty()) line += ", key " + o.auth_key_file;
   return line;

@@ -51,6 +51,9 @@ struct TrainerOptions {
   // --connect-timeout-ms: how long to keep dialling a shard that refuses
   // or whose host name does not resolve yet.
   int connect_timeout_ms = 10000;
+  // --wire-dtype: f32, or bf16 (gradients pushed and weights pulled as
+  // bfloat16, half the bytes; the shards keep f32: ClientOptions).
+  std::string wire_dtype = "f32";
   TlsOptions tls;      // --tls-cert, --tls-key, --tls-ca (schema/tls.h)
   bool check = false;  // --check: check the flags, start nothing
   // Not a flag: this process's command line, told to the coordinator

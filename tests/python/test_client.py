@@ -339,3 +339,36 @@ def test_tls_client_pushes_and_pulls_exactly(cluster, tmp_path):
                       tls_cert=str(certs / "other.pem"),
                       tls_key=str(certs / "other.key"),
                       tls_ca=str(certs / "other-ca.pem"))
+
+
+def bf16(x):
+    """float32 -> bfloat16 -> float32, rounded to nearest even (torch's)."""
+    return torch.from_numpy(np.ascontiguousarray(x, np.float32)).to(
+        torch.bfloat16).to(torch.float32).numpy()
+
+
+def test_wire_dtype_bf16_rounds_once_and_shards_keep_f32(cluster):
+    """A bf16 client's gradients are applied in f32 after one rounding (as
+    torch rounds to bfloat16), and its pulls are the f32 weights rounded."""
+    run = cluster(shards=2, workers=0, flags=["--block-size", "4"] + SGD)
+    rng = np.random.default_rng(3)
+    with tether.Client(run.coordinator, observer=True,
+                       wire_dtype="bf16") as half, \
+            tether.Client(run.coordinator, observer=True) as exact:
+        for c in (half, exact):
+            c.define_tensor("w", (3, 5))
+            c.define_table("emb", 2)
+        grad = rng.standard_normal((3, 5)).astype(np.float32)
+        half.push("w", grad)
+        weights = exact.pull("w")
+        np.testing.assert_array_equal(weights, sgd(np.zeros((3, 5)), bf16(grad)))
+        assert not np.array_equal(weights, sgd(np.zeros((3, 5)), grad))
+        np.testing.assert_array_equal(half.pull("w"), bf16(weights))
+        keys = np.array([4, 9], np.uint64)
+        rows = rng.standard_normal((2, 2)).astype(np.float32)
+        half.push_rows("emb", keys, rows)
+        got = exact.pull_rows("emb", keys)
+        np.testing.assert_array_equal(got, sgd(np.zeros((2, 2)), bf16(rows)))
+        np.testing.assert_array_equal(half.pull_rows("emb", keys), bf16(got))
+    with pytest.raises(ValueError, match="wire_dtype: 'f32' or 'bf16'"):
+        tether.Client(run.coordinator, observer=True, wire_dtype="fp8")

@@ -5,11 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
+#include "schema/bf16.h"
 #include "schema/frame.h"
 
 namespace tether::client_internal {
@@ -198,6 +201,140 @@ TEST(RequestCutter, PulledRowsGoBackToTheirPositions) {
   s = CopyPulledRows(AsReply(RowsReply({1, 2, 3})), positions, 2, out);
   EXPECT_EQ(s.code(), Code::kProtocol);
   EXPECT_EQ(s.message(), "row pull answered with the wrong rows");
+}
+
+}  // namespace
+}  // namespace tether::client_internal
+
+// --- bfloat16 on the wire ----------------------------------------------------
+
+namespace tether::client_internal {
+namespace {
+
+uint32_t Bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+float FromBits(uint32_t b) {
+  float v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
+
+TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
+  EXPECT_EQ(ToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(FromBf16(0x3f80), 1.0f);
+  EXPECT_EQ(ToBf16(-2.5f), 0xc020);
+  // Below half an ulp rounds down, above it up, a tie to the even one.
+  EXPECT_EQ(ToBf16(FromBits(0x3f807fff)), 0x3f80);
+  EXPECT_EQ(ToBf16(FromBits(0x3f808001)), 0x3f81);
+  EXPECT_EQ(ToBf16(FromBits(0x3f808000)), 0x3f80);  // tie, 0x3f80 even
+  EXPECT_EQ(ToBf16(FromBits(0x3f818000)), 0x3f82);  // tie, up to even
+  EXPECT_EQ(ToBf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(ToBf16(-std::numeric_limits<float>::infinity()), 0xff80);
+  // A NaN whose payload is all in the low half stays a NaN.
+  EXPECT_TRUE(std::isnan(FromBf16(ToBf16(FromBits(0x7f800001)))));
+  EXPECT_TRUE(std::isnan(FromBf16(ToBf16(std::nanf("")))));
+  // The largest floats round past bf16's largest to infinity.
+  EXPECT_EQ(ToBf16(std::numeric_limits<float>::max()), 0x7f80);
+  EXPECT_EQ(ToBf16(0.0f), 0);
+  EXPECT_EQ(ToBf16(-0.0f), 0x8000);
+  // The span forms agree with the scalar ones, and a round trip moves a
+  // value by at most half an ulp of bf16 (8 significant bits: 2^-8
+  // relative).
+  std::vector<float> in(1000);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = std::sin(i * 0.37f) * 1e3f;
+  std::vector<uint16_t> half(in.size());
+  std::vector<float> back(in.size());
+  ToBf16(in, half.data());
+  FromBf16(half, back.data());
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(half[i], ToBf16(in[i])) << i;
+    EXPECT_LE(std::fabs(back[i] - in[i]), std::fabs(in[i]) / 256) << i;
+    EXPECT_EQ(Bits(back[i]) & 0xffff, 0u) << i;
+  }
+}
+
+TEST(RequestCutter, Bf16PushFrameCarriesHalfTheBytesAndProvideStaysExact) {
+  std::vector<float> grad(4096);
+  for (size_t i = 0; i < grad.size(); ++i) grad[i] = 1.0f + i * 1e-4f;
+  const std::vector<uint32_t> blocks = {0, 1, 2, 3};
+  const size_t f32 =
+      PushBlocksFrame(1, 7, 3, false, blocks, 1024, grad)->size();
+  OutFrame out = PushBlocksFrame(1, 7, 3, false, blocks, 1024, grad, true);
+  EXPECT_LT(out->size(), f32 * 0.55) << f32;
+  Frame frame = Receive(out);
+  const wire::Push* push = frame.message()->body_as_Push();
+  ASSERT_NE(push, nullptr);
+  const wire::Block* b2 = push->blocks()->Get(2);
+  EXPECT_EQ(b2->values(), nullptr);
+  ASSERT_NE(b2->bf16(), nullptr);
+  ASSERT_EQ(b2->bf16()->size(), 1024u);
+  for (int i = 0; i < 1024; ++i) {
+    ASSERT_EQ(b2->bf16()->Get(i), ToBf16(grad[2048 + i])) << i;
+  }
+  // Initial values travel exact whatever the client's wire dtype.
+  Frame provide =
+      Receive(PushBlocksFrame(1, 7, -1, true, blocks, 1024, grad, true));
+  const wire::Block* p0 = provide.message()->body_as_Push()->blocks()->Get(0);
+  EXPECT_EQ(p0->bf16(), nullptr);
+  ASSERT_NE(p0->values(), nullptr);
+  EXPECT_EQ(p0->values()->Get(5), grad[5]);
+  // Rows too.
+  const std::vector<float> values = {0.1f, 0.2f, 1.1f, 1.2f};
+  KeyPart part{0, {7, 9}, {1, 0}};
+  Frame rows = Receive(PushRowsFrame(1, 0, -1, false, part, 2, values, true));
+  const wire::Push* row_push = rows.message()->body_as_Push();
+  EXPECT_EQ(row_push->rows(), nullptr);
+  ASSERT_NE(row_push->rows_bf16(), nullptr);
+  EXPECT_EQ(std::vector<uint16_t>(row_push->rows_bf16()->begin(),
+                                  row_push->rows_bf16()->end()),
+            (std::vector<uint16_t>{ToBf16(1.1f), ToBf16(1.2f), ToBf16(0.1f),
+                                   ToBf16(0.2f)}));
+  Frame pull = Receive(PullRowsFrame(2, 0, part, true));
+  EXPECT_TRUE(pull.message()->body_as_Pull()->bf16());
+  Frame dense_pull = Receive(PullBlocksFrame(2, 7, blocks, true));
+  EXPECT_TRUE(dense_pull.message()->body_as_Pull()->bf16());
+  EXPECT_FALSE(
+      Receive(PullBlocksFrame(2, 7, blocks)).message()->body_as_Pull()->bf16());
+}
+
+TEST(RequestCutter, Bf16RepliesAreWidenedIntoPlace) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const std::vector<uint16_t> b0 = {ToBf16(1.5f), ToBf16(-2.0f), ToBf16(3.25f),
+                                    ToBf16(4.0f)};
+  const std::vector<uint16_t> b2 = {ToBf16(8.0f)};  // 1 of 2: does not fit
+  std::vector<flatbuffers::Offset<wire::Block>> offsets = {
+      wire::CreateBlock(fbb, 0, 0, fbb.CreateVector(b0))};
+  fbb.Finish(wire::CreatePullReply(fbb, 1, fbb.CreateVector(offsets)));
+  std::vector<uint8_t> bytes(fbb.GetBufferPointer(),
+                             fbb.GetBufferPointer() + fbb.GetSize());
+  std::vector<float> out(10, -1);
+  Status s = CopyPulledBlocks(AsReply(bytes), 4, out);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(out,
+            (std::vector<float>{1.5f, -2, 3.25f, 4, -1, -1, -1, -1, -1, -1}));
+  flatbuffers::FlatBufferBuilder bad;
+  offsets = {wire::CreateBlock(bad, 2, 0, bad.CreateVector(b2))};
+  bad.Finish(wire::CreatePullReply(bad, 1, bad.CreateVector(offsets)));
+  bytes.assign(bad.GetBufferPointer(), bad.GetBufferPointer() + bad.GetSize());
+  s = CopyPulledBlocks(AsReply(bytes), 4, out);
+  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_EQ(s.message(), "pull reply block 2 does not fit the tensor");
+
+  flatbuffers::FlatBufferBuilder rows;
+  const std::vector<uint16_t> half = {ToBf16(20), ToBf16(21), ToBf16(0),
+                                      ToBf16(1)};
+  rows.Finish(wire::CreatePullReply(rows, 1, 0, 0, 0, rows.CreateVector(half)));
+  bytes.assign(rows.GetBufferPointer(),
+               rows.GetBufferPointer() + rows.GetSize());
+  std::vector<float> row_out(6, -1);
+  const size_t positions[] = {2, 0};
+  s = CopyPulledRows(AsReply(bytes), positions, 2, row_out);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(row_out, (std::vector<float>{0, 1, -1, -1, 20, 21}));
 }
 
 }  // namespace

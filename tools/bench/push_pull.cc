@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   p.AddInt("warmup", &warmup, "untimed rounds first");
   bool push_only = false;
   p.AddBool("push-only", &push_only, "rounds push and do not pull");
+  std::string wire_dtype = "f32";
+  p.AddString("wire-dtype", &wire_dtype,
+              "f32, or bf16 (values travel as bfloat16; goodput still counts "
+              "4 bytes a value)");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   tether::ClientOptions o;
   o.coordinator = coordinator;
@@ -39,6 +43,12 @@ int main(int argc, char** argv) {
   o.tls = tls;
   o.observer = true;
   o.name = "bench";
+  if (wire_dtype != "f32" && wire_dtype != "bf16") {
+    std::cerr << "tether-bench-pushpull: --wire-dtype: f32 or bf16\n";
+    return 2;
+  }
+  o.wire_dtype =
+      wire_dtype == "bf16" ? tether::WireDtype::kBf16 : tether::WireDtype::kF32;
   auto client = tether::Client::Connect(o);
   if (!client.ok()) {
     std::cerr << "tether-bench-pushpull: " << client.status().message() << "\n";

@@ -605,8 +605,15 @@ PYBIND11_MODULE(_tether, m) {
                        std::optional<std::string> tls_cert,
                        std::optional<std::string> tls_key,
                        std::optional<std::string> tls_ca,
-                       std::optional<std::string> manifest) {
+                       std::optional<std::string> manifest,
+                       const std::string& wire_dtype) {
              ClientOptions o;
+             if (wire_dtype != "f32" && wire_dtype != "bf16") {
+               throw py::value_error("wire_dtype: 'f32' or 'bf16', not '" +
+                                     wire_dtype + "'");
+             }
+             o.wire_dtype =
+                 wire_dtype == "bf16" ? WireDtype::kBf16 : WireDtype::kF32;
              o.coordinator = coordinator;
              o.staleness = staleness;
              o.rank = rank;
@@ -629,7 +636,7 @@ PYBIND11_MODULE(_tether, m) {
            py::arg("reconnect_timeout_ms") = 120000,
            py::arg("command") = py::none(), py::arg("tls_cert") = py::none(),
            py::arg("tls_key") = py::none(), py::arg("tls_ca") = py::none(),
-           py::arg("manifest") = py::none())
+           py::arg("manifest") = py::none(), py::arg("wire_dtype") = "f32")
       .def("close", &PyClient::Close)
       .def_property_readonly("closed",
                              [](PyClient& self) {

@@ -137,12 +137,15 @@ class Client:
     settings, data files and their SHA-256 -- which the coordinator keeps in
     every checkpoint round and shows on the dashboard; `tether.worker`
     fills it in. Never a secret.
+    `wire_dtype` "bf16" pushes gradients and pulls weights as bfloat16 (half
+    the bytes, rounded to nearest even); the shards keep f32 weights and
+    optimizer state, and initial values a worker provides travel as f32.
     """
 
     def __init__(self, coordinator, staleness=0, rank=-1, observer=False,
                  auth_key_file=None, name=None, *, join_timeout=600.0,
                  reconnect_timeout=120.0, command=None, tls_cert=None,
-                 tls_key=None, tls_ca=None, manifest=None):
+                 tls_key=None, tls_ca=None, manifest=None, wire_dtype="f32"):
         if command is None:
             command = "" if observer else command_line()
         if isinstance(manifest, dict):
@@ -151,7 +154,8 @@ class Client:
                                  bool(observer), auth_key_file, name,
                                  int(join_timeout * 1000),
                                  int(reconnect_timeout * 1000), str(command),
-                                 tls_cert, tls_key, tls_ca, manifest)
+                                 tls_cert, tls_key, tls_ca, manifest,
+                                 str(wire_dtype))
         self._shapes = {}
         self._dims = {}
 

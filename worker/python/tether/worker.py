@@ -76,6 +76,9 @@ def parse_args(argv):
                    "gradients leave after its sleep); off: all of them in "
                    "one call after backward, which measured faster here "
                    "(BENCHMARKS.md, python_client)")
+    p.add_argument("--wire-dtype", choices=("f32", "bf16"), default="f32",
+                   help="bf16: push gradients and pull weights as bfloat16 "
+                        "(half the bytes; the shards keep f32)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads (0: torch's default)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
@@ -181,7 +184,7 @@ def worker_manifest(a, argv, test_spec):
             "device": a.device, "slowdown": a.slowdown,
             "chunk_rows": a.chunk_rows, "staleness": a.staleness,
             "eval_every": a.eval_every, "data": a.data,
-            "test_data": test_spec or "",
+            "test_data": test_spec or "", "wire_dtype": a.wire_dtype,
             "torch": torch.__version__,
         },
         "data_files": files,
@@ -539,7 +542,7 @@ def main(argv=None):
     with tether.Client(a.coordinator, a.staleness, a.rank,
                        auth_key_file=a.auth_key_file, **tls_args(a),
                        name=a.name or f"python {a.model}",
-                       command=command,
+                       command=command, wire_dtype=a.wire_dtype,
                        manifest=worker_manifest(a, argv, test_spec)) as client:
         torch.manual_seed(client.seed)
         model = cls(**a.model_args).to(device)
