@@ -398,12 +398,8 @@ struct Buffer {
   std::shared_ptr<float[]> data;
   size_t len = 0;
 
-  // Makes it `n` floats that no one else reads: kept if it is, else new.
-  void Fit(size_t n) {
-    if (n == len && (n == 0 || Exclusive(data))) return;
-    data = n == 0 ? nullptr : std::shared_ptr<float[]>(new float[n]);
-    len = n;
-  }
+  // Whether it is `n` floats that no one else reads.
+  bool Fits(size_t n) const { return n == len && (n == 0 || Exclusive(data)); }
 };
 
 }  // namespace
@@ -484,13 +480,24 @@ Status ParamStore::ApplyBlocks(uint32_t tensor,
     buffers[p].first = {TakeSpare(b.len), b.len};
     buffers[p].second = {TakeSpare(b.slots_len), b.slots_len};
   }
+  // A buffer that does not fit the next block is swapped for one from the
+  // spares (one thread) or a new one (several: the spares are not theirs).
+  auto fit = [&](Buffer& buffer, size_t n) {
+    if (buffer.Fits(n)) return;
+    if (parts == 1) {
+      GiveSpare(std::move(buffer.data), buffer.len);
+      buffer = {TakeSpare(n), n};
+    } else {
+      buffer = {n == 0 ? nullptr : std::shared_ptr<float[]>(new float[n]), n};
+    }
+  };
   auto run = [&](int p) {
     auto& [weights, slots] = buffers[p];
     for (size_t i = bounds[p]; i < bounds[p + 1]; ++i) {
       Job& j = jobs[i];
       Block& b = *j.block;
-      weights.Fit(b.len);
-      slots.Fit(b.slots_len);
+      fit(weights, b.len);
+      fit(slots, b.slots_len);
       j.finite = optimizer_.Update(
           b.weights(), b.slots(), j.grad, {weights.data.get(), b.len},
           {slots.data.get(), b.slots_len}, b.step + 1, lr_scale);
