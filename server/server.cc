@@ -325,6 +325,7 @@ void Server::OnCoordinatorOrder(const wire::Message& m) {
 }
 
 Status Server::OpenStore(CheckpointStore::OpenMode mode) {
+  MutexLock lock(&setup_mu_);
   if (store_) return Status::Ok();
   auto store = CheckpointStore::Open(options_.data_dir, mode);
   if (!store.ok()) return store.status().WithContext("--data-dir");
@@ -333,6 +334,7 @@ Status Server::OpenStore(CheckpointStore::OpenMode mode) {
 }
 
 void Server::StartCheckpointer() {
+  MutexLock lock(&setup_mu_);
   if (!store_ || !shard_ || checkpointer_) return;
   // Periodic rounds when checkpoint_every > 0, and rounds on demand.
   checkpointer_ = std::make_unique<Checkpointer>(

@@ -161,6 +161,10 @@ class Server {
   std::atomic<bool> started_{false};
   // What Run() returns.
   Status failure_ TETHER_GUARDED_BY(sessions_mu_);
+  // OpenStore and StartCheckpointer run on the main thread in Start() and
+  // on an I/O thread when the coordinator orders a round loaded, which may
+  // come before Start() is done: they take turns.
+  Mutex setup_mu_;
   // Last, so it stops (finishing a write) before what it reports to.
   std::unique_ptr<Checkpointer> checkpointer_;
 };
