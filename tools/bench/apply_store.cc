@@ -16,6 +16,7 @@
 
 #include "schema/flags.h"
 #include "server/param_store.h"
+#include "tools/bench/percentiles.h"
 
 namespace {
 
@@ -56,8 +57,7 @@ double Time(tether::OptimizerOptions optimizer, uint64_t floats, int threads,
                           .count());
     }
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return tether::bench::Summarize(times).median;
 }
 
 }  // namespace
@@ -92,11 +92,11 @@ int main(int argc, char** argv) {
     many.push_back(Time(o, floats, threads, rounds));
     one.push_back(Time(o, floats, 1, rounds));
   }
-  std::sort(many.begin(), many.end());
-  std::sort(one.begin(), one.end());
+  const double t_many = tether::bench::Summarize(many).median;
+  const double t_one = tether::bench::Summarize(one).median;
   const double bytes = 4.0 * floats;
   std::printf(
       "apply_store GB/s %.2f threads %d | GB/s %.2f threads 1 | ratio %.2f\n",
-      bytes / many[1] / 1e9, resolved, bytes / one[1] / 1e9, one[1] / many[1]);
+      bytes / t_many / 1e9, resolved, bytes / t_one / 1e9, t_one / t_many);
   return 0;
 }
