@@ -161,6 +161,7 @@ struct ShardLinks::Link {
   uint64_t step = 0;  // the step in flight; a late answer to an older one
                       // (timed out, superseded) is dropped
   int64_t last_warned_ms = 0;
+  int64_t tick_due_ms = 0;  // when the armed heartbeat timer should fire
   // The reconnection in progress (workers).
   std::chrono::steady_clock::time_point lost_at;
   int attempt = 0;
@@ -708,7 +709,9 @@ std::string ShardLinks::JoinWait(const Link& link) const {
 
 void ShardLinks::ArmTick(const std::shared_ptr<Link>& link) {
   if (stopping_) return;
-  link->timer.expires_after(std::chrono::milliseconds(heartbeat_ms_.load()));
+  const int heartbeat_ms = heartbeat_ms_.load();
+  link->tick_due_ms = SteadyMs() + heartbeat_ms;
+  link->timer.expires_after(std::chrono::milliseconds(heartbeat_ms));
   link->timer.async_wait([this, link](const boost::system::error_code& ec) {
     if (!ec) Tick(link);
   });
@@ -730,15 +733,29 @@ void ShardLinks::Tick(const std::shared_ptr<Link>& link) {
     // Heartbeats go both ways: a shard that answers nothing for the run's
     // worker timeout is given up on and dialled again (the network may
     // have been cut; a fresh connection does not wait out TCP's backoff).
-    const int64_t silent_ms = SteadyMs() - link->last_heard_ms;
+    // A tick this late means this process did not run (SIGSTOP, a laptop
+    // asleep) for longer than the timeout: the shards have evicted it and
+    // its connections may be dead. Whatever the socket buffered meanwhile
+    // is read on waking, so silence alone would not always tell.
+    const int64_t now_ms = SteadyMs();
+    const int64_t silent_ms = now_ms - link->last_heard_ms;
+    const int64_t frozen_ms = now_ms - link->tick_due_ms;
     const int limit_ms = silence_ms_.load();
-    if (welcomed_ && !options_.observer && limit_ms > 0 &&
-        silent_ms > limit_ms) {
-      TETHER_LOG(kWarning) << "heard nothing from " << link->Describe()
-                           << " for " << silent_ms / 1000
-                           << " s (the run's --worker-timeout-ms); dropping "
-                              "the connection to dial it again";
-      conn->Close();
+    if (welcomed_ && !options_.observer && limit_ms > 0) {
+      if (silent_ms > limit_ms) {
+        TETHER_LOG(kWarning) << "heard nothing from " << link->Describe()
+                             << " for " << silent_ms / 1000
+                             << " s (the run's --worker-timeout-ms); dropping "
+                                "the connection to dial it again";
+        conn->Close();
+      } else if (frozen_ms > limit_ms) {
+        TETHER_LOG(kWarning)
+            << "this process did not run for " << frozen_ms / 1000
+            << " s, past the run's --worker-timeout-ms; "
+               "dropping the connection to "
+            << link->Describe() << " to dial it again";
+        conn->Close();
+      }
     }
   }
 
