@@ -26,16 +26,19 @@
 // order, which must be little endian (checked at compile time).
 //
 // The keys are made and taken apart in checkpoint_keys.cc, the JSON values
-// encoded and decoded in checkpoint_codec.cc; this file is the store.
+// encoded and decoded in checkpoint_codec.cc, a round's data read back and
+// checked in checkpoint_reader.cc; this file is the store.
 #include "server/checkpoint.h"
 
 #include <fcntl.h>
+#include <rocksdb/cache.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/iterator.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>
 #include <rocksdb/sst_file_writer.h>
+#include <rocksdb/table.h>
 #include <rocksdb/write_batch.h>
 #include <unistd.h>
 
@@ -48,28 +51,51 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "schema/log.h"
 #include "schema/mutex.h"
 #include "server/checkpoint_codec.h"
 #include "server/checkpoint_keys.h"
+#include "server/checkpoint_reader.h"
 #include "server/optimizer.h"
+#include "server/recycling_allocator.h"
 
 namespace tether {
 
 using checkpoint::BlockKey;
+using checkpoint::Corrupt;
 using checkpoint::DataKey;
+using checkpoint::DenseLayout;
+using checkpoint::FloatBytes;
+using checkpoint::Hex;
+using checkpoint::IoError;
 using checkpoint::kAnnouncedTag;
 using checkpoint::kBlockKind;
 using checkpoint::kHeaderTag;
 using checkpoint::kMarkerTag;
 using checkpoint::kMaxRound;
 using checkpoint::kRecordPrefix;
+using checkpoint::MakeLayout;
 using checkpoint::MetaKey;
 using checkpoint::RecordKey;
 using checkpoint::RoundKey;
 using checkpoint::RowKey;
+using checkpoint::SliceReader;
+
+TensorSnapshot::Block TensorSnapshot::Block::Shared(
+    uint32_t index, uint64_t step, std::shared_ptr<float[]> weights, size_t len,
+    std::shared_ptr<float[]> slots, size_t slots_len) {
+  Block b;
+  b.index = index;
+  b.step = step;
+  b.shared_weights = {weights.get(), len};
+  b.shared_slots = {slots.get(), slots_len};
+  b.shared = std::make_shared<const Buffers>(
+      Buffers{std::move(weights), std::move(slots)});
+  return b;
+}
 
 namespace {
 
@@ -79,43 +105,6 @@ static_assert(std::endian::native == std::endian::little,
 constexpr const char* kMetaFamily = "meta";
 constexpr const char* kWeightsFamily = "weights";
 constexpr const char* kSlotsFamily = "slots";
-std::string Hex(const rocksdb::Slice& s) { return s.ToString(/*hex=*/true); }
-
-uint64_t FloatBytes(size_t n) { return uint64_t{n} * sizeof(float); }
-
-// The geometry of a dense tensor, from its shape and the block size.
-struct DenseLayout {
-  uint64_t numel = 0;
-  uint64_t num_blocks = 0;
-  uint32_t block_size = 0;
-
-  uint32_t BlockLen(uint32_t block) const {
-    return static_cast<uint32_t>(
-        std::min<uint64_t>(numel - uint64_t{block} * block_size, block_size));
-  }
-};
-
-// Empty string when `shape` is usable with `block_size`, else the problem.
-std::string MakeLayout(const std::vector<uint64_t>& shape, uint32_t block_size,
-                       DenseLayout* layout) {
-  if (shape.empty()) return "the shape is empty";
-  if (block_size == 0) return "the block size is 0";
-  uint64_t numel = 1;
-  for (uint64_t d : shape) {
-    if (d == 0) return "a dimension is zero";
-    if (__builtin_mul_overflow(numel, d, &numel)) {
-      return "it has more than 2^64 elements";
-    }
-  }
-  layout->numel = numel;
-  layout->block_size = block_size;
-  layout->num_blocks = (numel - 1) / block_size + 1;
-  if (layout->num_blocks > (uint64_t{1} << 32)) {
-    return "it has more than 2^32 blocks";
-  }
-  return "";
-}
-
 // OK when every block and row of `s` has the length its shape (or dim) and
 // the optimizer's slot count call for; else kInvalidArgument naming it.
 Status CheckFits(const std::string& where, const ShardSnapshot& s) {
@@ -150,24 +139,22 @@ Status CheckFits(const std::string& where, const ShardSnapshot& s) {
 
 // --- Statuses ---------------------------------------------------------------
 
-// The one place RocksDB's statuses become tether's: kCorruption for damage
-// RocksDB detects (a checksum mismatch, a damaged file), else kIoError.
-Status IoError(const std::string& where, const std::string& doing,
-               const rocksdb::Status& s) {
-  return Status(s.IsCorruption() ? Code::kCorruption : Code::kIoError,
-                where + ": " + doing + ": " + s.ToString());
-}
-
-// Damage tether's own checks find: a value that does not decode, a key
-// missing or out of place.
-Status Corrupt(const std::string& where, const std::string& problem) {
-  return Corruption(where + ": corrupt: " + problem);
-}
-
 rocksdb::ColumnFamilyOptions DataFamilyOptions() {
   rocksdb::ColumnFamilyOptions o;
   // Trained floats hardly compress; compressing them only costs CPU.
   o.compression = rocksdb::kNoCompression;
+  // Data blocks are read once (fill_cache off), each into a buffer from the
+  // cache's allocator: one that hands the same warm buffers out again.
+  rocksdb::LRUCacheOptions cache;
+  cache.capacity = size_t{8} << 20;
+  cache.memory_allocator = std::make_shared<RecyclingAllocator>();
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(cache);
+  // A round is read from start to end in blocks of 256 KiB and more: read
+  // well ahead of them (RocksDB's default stops at one such block).
+  table.initial_auto_readahead_size = size_t{4} << 20;
+  table.max_auto_readahead_size = size_t{16} << 20;
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   return o;
 }
 
@@ -207,6 +194,8 @@ rocksdb::DBOptions BaseOptions(const std::string& dir) {
   rocksdb::DBOptions o;
   o.create_if_missing = true;
   o.create_missing_column_families = true;
+  // Rounds are read from start to end: let the kernel read ahead.
+  o.advise_random_on_open = false;
   o.info_log = std::make_shared<RocksLog>(dir);
   return o;
 }
@@ -260,189 +249,6 @@ struct RoundMeta {
   checkpoint::ShardHeader header;
   uint64_t keys = 0;
 };
-
-// Fills a round's snapshot from its data keys, in key order, checking each
-// against the header: it names a block or row the header defines, and its
-// weights and slots have the lengths the shape (or dim) and the optimizer
-// call for. Every failure is kCorruption naming the round and key.
-class SliceReader {
- public:
-  SliceReader(std::string where, checkpoint::ShardHeader header)
-      : where_(std::move(where)),
-        snap_(std::move(header.snapshot)),
-        blocks_(std::move(header.blocks)),
-        rows_(std::move(header.rows)) {}
-
-  // Indexes the header's tensors and tables; refuses an unusable shape.
-  Status Start();
-  // Adds the block or row at `key`, whose weights value is `value`; when the
-  // optimizer has slots, takes them from `slots`, an iterator over the
-  // slots family at the same key, and moves it on.
-  Status Add(const rocksdb::Slice& key, const rocksdb::Slice& value,
-             rocksdb::Iterator* slots);
-  // After the last key: the keys read match the marker's count, and the
-  // blocks and rows the header's.
-  Status Finish(uint64_t marker_keys);
-  ShardSnapshot Take() && { return std::move(snap_); }
-
- private:
-  // Where a key's block or row goes, and its length in weights.
-  struct Target {
-    size_t index = 0;  // into snap_.tensors, or snap_.tables for a row
-    uint64_t len = 0;
-    std::string what;  // e.g. "tensor 'w' block 1 (key 00...)"
-  };
-  Result<Target> Locate(const DataKey& key, const std::string& at) const;
-  Result<std::vector<float>> TakeSlots(const rocksdb::Slice& key,
-                                       const Target& target,
-                                       rocksdb::Iterator* slots);
-
-  const std::string where_;
-  ShardSnapshot snap_;
-  std::map<uint32_t, uint64_t> blocks_;              // promised, by tensor id
-  std::map<uint32_t, uint64_t> rows_;                // promised, by table id
-  std::map<uint32_t, size_t> tensor_of_, table_of_;  // id -> index
-  std::vector<DenseLayout> layouts_;                 // by tensor index
-  size_t slots_per_weight_ = 0;
-  uint64_t keys_ = 1;  // the header's
-};
-
-Status SliceReader::Start() {
-  layouts_.resize(snap_.tensors.size());
-  for (size_t i = 0; i < snap_.tensors.size(); ++i) {
-    const TensorSnapshot& t = snap_.tensors[i];
-    const std::string bad =
-        MakeLayout(t.shape, snap_.settings.block_size, &layouts_[i]);
-    if (!bad.empty()) return Corrupt(where_, "tensor '" + t.name + "': " + bad);
-    tensor_of_[t.id] = i;
-  }
-  for (size_t i = 0; i < snap_.tables.size(); ++i) {
-    table_of_[snap_.tables[i].id] = i;
-  }
-  slots_per_weight_ = Optimizer(snap_.settings.optimizer).slots_per_weight();
-  return Status::Ok();
-}
-
-Result<SliceReader::Target> SliceReader::Locate(const DataKey& key,
-                                                const std::string& at) const {
-  Target target;
-  if (key.kind == kBlockKind) {
-    auto it = tensor_of_.find(key.id);
-    if (it == tensor_of_.end()) {
-      return Corrupt(where_, at + " is for tensor id " +
-                                 std::to_string(key.id) +
-                                 ", which the header does not define");
-    }
-    const uint32_t block = static_cast<uint32_t>(key.index);
-    target.index = it->second;
-    target.what = "tensor '" + snap_.tensors[it->second].name + "' block " +
-                  std::to_string(block) + " (" + at + ")";
-    const DenseLayout& layout = layouts_[it->second];
-    if (block >= layout.num_blocks) {
-      return Corrupt(where_, target.what + " is past the end");
-    }
-    target.len = layout.BlockLen(block);
-    return target;
-  }
-  auto it = table_of_.find(key.id);
-  if (it == table_of_.end()) {
-    return Corrupt(where_, at + " is for table id " + std::to_string(key.id) +
-                               ", which the header does not define");
-  }
-  const TableSnapshot& t = snap_.tables[it->second];
-  target.index = it->second;
-  target.what = "table '" + t.name + "' row " + std::to_string(key.index) +
-                " (" + at + ")";
-  target.len = t.dim;
-  return target;
-}
-
-Result<std::vector<float>> SliceReader::TakeSlots(const rocksdb::Slice& key,
-                                                  const Target& target,
-                                                  rocksdb::Iterator* slots) {
-  // A read error (a checksum mismatch) ends the iterator like the end of
-  // the data would: report the error, not missing slots.
-  if (!slots->Valid() && !slots->status().ok()) {
-    return IoError(where_, "reading optimizer slots", slots->status());
-  }
-  if (!slots->Valid() || slots->key() != key) {
-    return Corrupt(where_, target.what + " has no optimizer slots");
-  }
-  const uint64_t expected = FloatBytes(slots_per_weight_ * target.len);
-  if (slots->value().size() != expected) {
-    return Corrupt(
-        where_, target.what + " has " + std::to_string(slots->value().size()) +
-                    " bytes of slots, expected " + std::to_string(expected));
-  }
-  std::vector<float> values(slots_per_weight_ * target.len);
-  std::memcpy(values.data(), slots->value().data(), slots->value().size());
-  slots->Next();
-  ++keys_;
-  return values;
-}
-
-Status SliceReader::Add(const rocksdb::Slice& key, const rocksdb::Slice& value,
-                        rocksdb::Iterator* slots) {
-  const std::string at = "key " + Hex(key);
-  const std::optional<DataKey> parsed =
-      checkpoint::ParseDataKey(key.ToStringView());
-  if (!parsed) return Corrupt(where_, at + " is not a block or row key");
-  TETHER_ASSIGN_OR_RETURN(Target target, Locate(*parsed, at));
-  const uint64_t len = target.len;
-  if (value.size() != 8 + FloatBytes(len)) {
-    return Corrupt(
-        where_, target.what + " holds " + std::to_string(value.size()) +
-                    " bytes, expected " + std::to_string(8 + FloatBytes(len)));
-  }
-  std::vector<float> slot_values;
-  if (slots_per_weight_ > 0) {
-    TETHER_ASSIGN_OR_RETURN(std::vector<float> taken,
-                            TakeSlots(key, target, slots));
-    slot_values = std::move(taken);
-  }
-  uint64_t step = 0;
-  std::memcpy(&step, value.data(), 8);
-  std::vector<float> weights(len);
-  std::memcpy(weights.data(), value.data() + 8, FloatBytes(len));
-  if (parsed->kind == kBlockKind) {
-    TensorSnapshot::Block& b =
-        snap_.tensors[target.index].blocks.emplace_back();
-    b.index = static_cast<uint32_t>(parsed->index);
-    b.step = step;
-    b.weights = std::move(weights);
-    b.slots = std::move(slot_values);
-  } else {
-    snap_.tables[target.index].rows.push_back(
-        {parsed->index, step, std::move(weights), std::move(slot_values)});
-  }
-  ++keys_;
-  return Status::Ok();
-}
-
-Status SliceReader::Finish(uint64_t marker_keys) {
-  if (keys_ != marker_keys) {
-    return Corrupt(where_, std::to_string(keys_) +
-                               " keys found, the marker says " +
-                               std::to_string(marker_keys));
-  }
-  for (const TensorSnapshot& t : snap_.tensors) {
-    if (t.blocks.size() != blocks_[t.id]) {
-      return Corrupt(where_, "tensor '" + t.name + "' has " +
-                                 std::to_string(t.blocks.size()) +
-                                 " blocks, the header says " +
-                                 std::to_string(blocks_[t.id]));
-    }
-  }
-  for (const TableSnapshot& t : snap_.tables) {
-    if (t.rows.size() != rows_[t.id]) {
-      return Corrupt(where_, "table '" + t.name + "' has " +
-                                 std::to_string(t.rows.size()) +
-                                 " rows, the header says " +
-                                 std::to_string(rows_[t.id]));
-    }
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -591,35 +397,6 @@ struct CheckpointStore::Impl {
                                 std::to_string(decoded->snapshot.round));
     }
     return RoundMeta{std::move(*decoded), *keys};
-  }
-
-  // Every data key of `round` into `reader`. Weights and slots share keys:
-  // both families are walked in step.
-  Status ReadData(const std::string& where, int64_t round,
-                  SliceReader* reader) const {
-    const std::string lower = RoundKey(round), upper = RoundKey(round + 1);
-    rocksdb::Slice upper_slice(upper);
-    rocksdb::ReadOptions ro;
-    ro.iterate_upper_bound = &upper_slice;
-    ro.fill_cache = false;  // read once
-    std::unique_ptr<rocksdb::Iterator> w(db()->NewIterator(ro, weights()));
-    std::unique_ptr<rocksdb::Iterator> sl(db()->NewIterator(ro, slots()));
-    w->Seek(lower);
-    sl->Seek(lower);
-    for (; w->Valid(); w->Next()) {
-      TETHER_RETURN_IF_ERROR(reader->Add(w->key(), w->value(), sl.get()));
-    }
-    if (!w->status().ok()) {
-      return IoError(where, "reading weights", w->status());
-    }
-    if (!sl->status().ok()) {
-      return IoError(where, "reading slots", sl->status());
-    }
-    if (sl->Valid()) {
-      return Corrupt(where,
-                     "key " + Hex(sl->key()) + " has slots but no weights");
-    }
-    return Status::Ok();
   }
 
   // Rounds with a `tag` key in the meta family, ascending.
@@ -938,7 +715,8 @@ Result<uint64_t> CheckpointStore::WriteShard(const ShardSnapshot& snapshot) {
   return bytes + 9 + marker.size();
 }
 
-Result<ShardSnapshot> CheckpointStore::ReadShard(int64_t round) const {
+Result<ShardSnapshot> CheckpointStore::ReadShard(
+    int64_t round, const ReadOptions& options) const {
   const std::string where =
       "checkpoint dir " + dir_ + ": round " + std::to_string(round);
   if (round < 0 || round > kMaxRound) {
@@ -947,7 +725,9 @@ Result<ShardSnapshot> CheckpointStore::ReadShard(int64_t round) const {
   TETHER_ASSIGN_OR_RETURN(RoundMeta meta, impl_->ReadMeta(where, round));
   SliceReader reader(where, std::move(meta.header));
   TETHER_RETURN_IF_ERROR(reader.Start());
-  TETHER_RETURN_IF_ERROR(impl_->ReadData(where, round, &reader));
+  TETHER_RETURN_IF_ERROR(checkpoint::ReadRoundData(
+      impl_->db(), impl_->weights(), impl_->slots(), where, round,
+      options.threads, options.part_bytes, &reader));
   TETHER_RETURN_IF_ERROR(reader.Finish(meta.keys));
   return std::move(reader).Take();
 }

@@ -31,12 +31,23 @@ struct TensorSnapshot {
     uint64_t step = 0;           // updates applied (Adam's t)
     std::vector<float> weights;  // the block's length
     std::vector<float> slots;    // slots_per_weight * length, slot-major
-    // ParamStore::Snapshot fills these instead of the copies above: views
-    // of the store's own buffers, kept unchanged (copy-on-write) for as
-    // long as `shared` is held, so taking a snapshot copies nothing.
-    std::shared_ptr<const void> shared;
+    // ParamStore::Snapshot and CheckpointStore::ReadShard fill these instead
+    // of the copies above: buffers that nobody writes into while they are
+    // shared (a store's update writes a new buffer and swaps it in). So
+    // taking a snapshot copies nothing, and ParamStore::Restore of a round
+    // read from disk takes the buffers it was read into as its own.
+    struct Buffers {
+      std::shared_ptr<float[]> weights;  // `len` floats
+      std::shared_ptr<float[]> slots;    // `slots_len` floats (may be null)
+    };
+    std::shared_ptr<const Buffers> shared;
     std::span<const float> shared_weights;
     std::span<const float> shared_slots;
+
+    // A block held in `weights` (`len` floats) and `slots`, shared.
+    static Block Shared(uint32_t index, uint64_t step,
+                        std::shared_ptr<float[]> weights, size_t len,
+                        std::shared_ptr<float[]> slots, size_t slots_len);
 
     // The weights and slots, wherever they are held.
     std::span<const float> Weights() const {
@@ -146,10 +157,23 @@ class CheckpointStore {
   // naming the directory and round; a failed write leaves earlier rounds
   // intact.
   Result<uint64_t> WriteShard(const ShardSnapshot& snapshot);
+  // How ReadShard reads: a round of at least 2 * part_bytes is cut into
+  // key ranges of about part_bytes, read on up to `threads` threads (0: two
+  // per core, up to 8). The result is the same however it was read.
+  struct ReadOptions {
+    size_t threads = 0;
+    uint64_t part_bytes = uint64_t{32} << 20;
+  };
   // kNotFound when this shard has no complete copy of `round`; kCorruption
   // naming the round and key when stored values do not decode or fail
-  // RocksDB's checksums; kIoError when they cannot be read.
-  Result<ShardSnapshot> ReadShard(int64_t round) const;
+  // RocksDB's checksums; kIoError when they cannot be read. Blocks come in
+  // the buffers they were read into (TensorSnapshot::Block::shared), which
+  // ParamStore::Restore takes without copying.
+  Result<ShardSnapshot> ReadShard(int64_t round,
+                                  const ReadOptions& options) const;
+  Result<ShardSnapshot> ReadShard(int64_t round) const {
+    return ReadShard(round, ReadOptions{});
+  }
   // Rounds this shard has completely written, ascending.
   Result<std::vector<int64_t>> ShardRounds() const;
 

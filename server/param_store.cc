@@ -726,14 +726,8 @@ void ParamStore::Snapshot(std::vector<TensorSnapshot>* tensors,
     out.blocks.reserve(indices.size());
     for (uint32_t index : indices) {
       const Block& b = t->blocks.at(index);
-      TensorSnapshot::Block& sb = out.blocks.emplace_back();
-      sb.index = index;
-      sb.step = b.step;
-      sb.shared = std::make_shared<
-          std::pair<std::shared_ptr<float[]>, std::shared_ptr<float[]>>>(
-          b.weights_owner, b.slots_owner);
-      sb.shared_weights = {b.weights_owner.get(), b.len};
-      sb.shared_slots = {b.slots_owner.get(), b.slots_len};
+      out.blocks.push_back(TensorSnapshot::Block::Shared(
+          index, b.step, b.weights_owner, b.len, b.slots_owner, b.slots_len));
     }
   }
 
@@ -804,13 +798,22 @@ Status ParamStore::Restore(const std::vector<TensorSnapshot>& tensors,
       Block& b = it->second;
       b.len = len;
       b.step = sb.step;
-      b.weights_owner.reset(new float[len]);
-      std::memcpy(b.weights_owner.get(), sb.Weights().data(),
-                  size_t{len} * sizeof(float));
       b.slots_len = sb.Slots().size();
-      b.slots_owner.reset(new float[b.slots_len]);
-      std::memcpy(b.slots_owner.get(), sb.Slots().data(),
-                  b.slots_len * sizeof(float));
+      if (sb.shared && sb.shared_weights.data() == sb.shared->weights.get() &&
+          sb.shared_slots.data() == sb.shared->slots.get()) {
+        // Buffers nobody writes into while shared (a round read from disk,
+        // another store's snapshot): taken as they are; the first update of
+        // the block writes new ones, as for a block a reply still shares.
+        b.weights_owner = sb.shared->weights;
+        b.slots_owner = sb.shared->slots;
+      } else {
+        b.weights_owner.reset(new float[len]);
+        std::memcpy(b.weights_owner.get(), sb.Weights().data(),
+                    size_t{len} * sizeof(float));
+        b.slots_owner.reset(new float[b.slots_len]);
+        std::memcpy(b.slots_owner.get(), sb.Slots().data(),
+                    b.slots_len * sizeof(float));
+      }
       t.floats_held += size_t{len} * (1 + slots_per_weight);
     }
   }

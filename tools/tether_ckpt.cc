@@ -513,8 +513,8 @@ int RunShow(const ShardDirs& dirs, const CkptOptions& o) {
 // --- verify ------------------------------------------------------------------
 
 // Problems with the values of one block or row: non-finite weights or slots.
-void CheckFinite(const std::string& what, const std::vector<float>& weights,
-                 const std::vector<float>& slots,
+void CheckFinite(const std::string& what, std::span<const float> weights,
+                 std::span<const float> slots,
                  std::vector<std::string>* problems) {
   for (const auto* values : {&weights, &slots}) {
     uint64_t bad = 0, first = 0;
@@ -569,7 +569,7 @@ int RunVerify(const ShardDirs& dirs, const CkptOptions& o) {
       for (const TensorSnapshot::Block& b : t.blocks) {
         CheckFinite(where + ": tensor '" + t.name + "' block " +
                         std::to_string(b.index),
-                    b.weights, b.slots, &problems);
+                    b.Weights(), b.Slots(), &problems);
       }
     }
     for (const TableSnapshot& t : m.slices[k].tables) {

@@ -41,6 +41,10 @@ bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+std::vector<float> Floats(std::span<const float> values) {
+  return {values.begin(), values.end()};
+}
+
 using ::tether::testing::RawCheckpointDb;
 using ::tether::testing::TempDir;
 
@@ -295,6 +299,12 @@ TEST(Checkpoint, RoundTripsWeightsSlotsAndSteps) {
   EXPECT_EQ(restored.counts().bytes, original.counts().bytes);
   const std::vector<uint64_t> all_keys = {5, uint64_t{1} << 63, 42, 7, 99};
   ExpectSameContents(original, restored, w, 4, emb, all_keys);
+  // The blocks were read once, into the buffers the restored store now
+  // holds: no second copy.
+  const TensorSnapshot::Block& read0 = back->tensors[0].blocks[0];
+  ASSERT_EQ(read0.index, 0u);
+  const std::vector<float> read0_before = Floats(read0.Weights());
+  EXPECT_EQ(restored.ReadBlock(w, 0)->data(), read0.Weights().data());
 
   // Slots and steps came back too: further updates agree bit for bit.
   for (ParamStore* s : {&original, &restored}) {
@@ -304,6 +314,72 @@ TEST(Checkpoint, RoundTripsWeightsSlotsAndSteps) {
     ASSERT_TRUE(s->ApplyRows(emb, push_keys, row_grads).ok());
   }
   ExpectSameContents(original, restored, w, 4, emb, all_keys);
+  // The update wrote new buffers: the round as read is unchanged.
+  EXPECT_NE(restored.ReadBlock(w, 0)->data(), read0.Weights().data());
+  EXPECT_EQ(Bits(read0.Weights()), Bits(read0_before));
+}
+
+// A large round is read in key ranges on several threads; what comes back
+// is the same as one thread reading it whole, whichever ranges the cuts
+// make (in a tensor, between tensors, before the table's rows).
+TEST(Checkpoint, ARoundReadInRangesOnThreadsIsTheSameAsReadWhole) {
+  TempDir dir;
+  ParamStore store(kSeed, 4, Opt(OptimizerKind::kAdam));
+  const uint32_t a = *store.DefineTensor("a", {37}, {});     // 10 blocks
+  const uint32_t b = *store.DefineTensor("b", {3, 50}, {});  // 38 blocks
+  const uint32_t emb = *store.DefineTable("emb", 3, {});
+  const std::vector<float> g4 = {0.5f, -1.0f, 2.0f, 0.25f};
+  for (uint32_t i = 0; i < 9; i += 2)
+    ASSERT_TRUE(store.ApplyBlock(a, i, g4).ok());
+  ASSERT_TRUE(store.ApplyBlock(a, 9, std::vector<float>{1.0f}).ok());
+  for (uint32_t i = 0; i < 37; ++i) {
+    ASSERT_TRUE(store.ApplyBlock(b, i, g4, 1.0f + i % 3).ok());
+  }
+  const std::vector<uint64_t> keys = {3, 99, uint64_t{1} << 40};
+  ASSERT_TRUE(store.ApplyRows(emb, keys, std::vector<float>(9, 0.5f)).ok());
+  ShardSnapshot snapshot;
+  snapshot.round = 7;
+  snapshot.settings = Settings(OptimizerKind::kAdam, 4);
+  store.Snapshot(&snapshot.tensors, &snapshot.tables);
+  std::unique_ptr<CheckpointStore> ckpt = OpenOrDie(dir.path());
+  ASSERT_TRUE(ckpt->WriteShard(snapshot).ok());
+
+  Result<ShardSnapshot> whole = ckpt->ReadShard(7, {.threads = 1});
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  for (const uint64_t part_bytes : {1, 100, 400, 1000}) {
+    Result<ShardSnapshot> cut =
+        ckpt->ReadShard(7, {.threads = 6, .part_bytes = part_bytes});
+    ASSERT_TRUE(cut.ok()) << cut.status().ToString();
+    ASSERT_EQ(cut->tensors.size(), whole->tensors.size());
+    for (size_t t = 0; t < whole->tensors.size(); ++t) {
+      const auto& x = whole->tensors[t].blocks;
+      const auto& y = cut->tensors[t].blocks;
+      ASSERT_EQ(x.size(), y.size()) << "tensor " << t << ", " << part_bytes;
+      for (size_t i = 0; i < x.size(); ++i) {
+        EXPECT_EQ(x[i].index, y[i].index);
+        EXPECT_EQ(x[i].step, y[i].step);
+        EXPECT_EQ(Bits(x[i].Weights()), Bits(y[i].Weights()));
+        EXPECT_EQ(Bits(x[i].Slots()), Bits(y[i].Slots()));
+      }
+    }
+    ASSERT_EQ(cut->tables.size(), 1u);
+    ASSERT_EQ(cut->tables[0].rows.size(), keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      EXPECT_EQ(cut->tables[0].rows[i].key, whole->tables[0].rows[i].key);
+      EXPECT_EQ(Bits(cut->tables[0].rows[i].weights),
+                Bits(whole->tables[0].rows[i].weights));
+      EXPECT_EQ(Bits(cut->tables[0].rows[i].slots),
+                Bits(whole->tables[0].rows[i].slots));
+    }
+  }
+  // And the store restored from a cut read is the one that was written.
+  Result<ShardSnapshot> cut =
+      ckpt->ReadShard(7, {.threads = 3, .part_bytes = 1});
+  ASSERT_TRUE(cut.ok());
+  ParamStore restored(kSeed, 4, Opt(OptimizerKind::kAdam));
+  ASSERT_TRUE(restored.Restore(cut->tensors, cut->tables).ok());
+  ExpectSameContents(store, restored, b, 38, emb, keys);
+  ExpectSameContents(store, restored, a, 10, emb, keys);
 }
 
 TEST(ParamStoreSnapshot, RestoreRejectsMismatchedSlots) {
@@ -364,7 +440,7 @@ TEST(Checkpoint, HalfWrittenRoundIsInvisible) {
   EXPECT_EQ(store->ReadShard(2).status().code(), Code::kNotFound);
   Result<ShardSnapshot> one = store->ReadShard(1);
   ASSERT_TRUE(one.ok()) << one.status().ToString();
-  EXPECT_EQ(one->tensors[0].blocks[0].weights,
+  EXPECT_EQ(Floats(one->tensors[0].blocks[0].Weights()),
             (std::vector<float>{1.0f, 2.0f}));
 
   // Writing the round again replaces the leftovers entirely.
@@ -409,9 +485,9 @@ TEST(Checkpoint, RoundWrittenAgainOverAnOldOneHoldsOnlyTheNewData) {
   ASSERT_EQ(read->tensors.size(), 1u);
   EXPECT_EQ(read->tensors[0].name, "w");
   ASSERT_EQ(read->tensors[0].blocks.size(), 1u);
-  EXPECT_EQ(read->tensors[0].blocks[0].weights,
+  EXPECT_EQ(Floats(read->tensors[0].blocks[0].Weights()),
             (std::vector<float>{4.0f, 2.0f}));
-  EXPECT_EQ(read->tensors[0].blocks[0].slots,
+  EXPECT_EQ(Floats(read->tensors[0].blocks[0].Slots()),
             (std::vector<float>{0.1f, 0.2f, 0.3f, 0.4f}));
   ASSERT_EQ(read->tables.size(), 1u);
   ASSERT_EQ(read->tables[0].rows.size(), 3u);
@@ -590,7 +666,7 @@ TEST(Checkpoint, FullDiskIsAnErrorNotACrash) {
   EXPECT_EQ(*store->ShardRounds(), std::vector<int64_t>{1});
   Result<ShardSnapshot> one = store->ReadShard(1);
   ASSERT_TRUE(one.ok()) << one.status().ToString();
-  EXPECT_EQ(one->tensors[0].blocks[0].weights,
+  EXPECT_EQ(Floats(one->tensors[0].blocks[0].Weights()),
             (std::vector<float>{1.0f, 2.0f}));
   // Later writes fail cleanly too while the disk stays full.
   Result<uint64_t> again = store->WriteShard(BigSnapshot(3, 2'000'000));
