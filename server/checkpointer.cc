@@ -21,9 +21,19 @@ Checkpointer::~Checkpointer() {
 bool Checkpointer::Submit(ShardSnapshot snapshot, IfBusy if_busy) {
   {
     MutexLock lock(&mu_);
-    if (pending_ || stopping_) return false;
-    if (busy_ && if_busy == IfBusy::kDrop) return false;
-    pending_ = std::move(snapshot);
+    if (stopping_) return false;
+    const int64_t round = snapshot.round;
+    if ((busy_ && writing_ == round) ||
+        (pending_ && pending_->round == round) || report_ == round) {
+      return true;  // on its way
+    }
+    if (written_ && written_->first == round) {
+      report_ = round;
+    } else {
+      if (pending_) return false;
+      if (busy_ && if_busy == IfBusy::kDrop) return false;
+      pending_ = std::move(snapshot);
+    }
   }
   cv_.SignalAll();
   return true;
@@ -32,21 +42,42 @@ bool Checkpointer::Submit(ShardSnapshot snapshot, IfBusy if_busy) {
 void Checkpointer::Loop() {
   while (true) {
     ShardSnapshot snapshot;
+    std::optional<std::pair<int64_t, uint64_t>> report;
     {
       MutexLock lock(&mu_);
-      while (!stopping_ && !pending_) cv_.Wait(mu_);
-      if (!pending_) return;  // stopping with nothing left to write
-      snapshot = std::move(*pending_);
-      pending_.reset();
-      busy_ = true;
+      while (!stopping_ && !pending_ && !report_) cv_.Wait(mu_);
+      if (report_) {
+        report = std::make_pair(*report_, written_->second);
+        report_.reset();
+      } else if (!pending_) {
+        return;  // stopping with nothing left to write
+      } else {
+        snapshot = std::move(*pending_);
+        pending_.reset();
+        busy_ = true;
+        writing_ = snapshot.round;
+      }
+    }
+    if (report) {
+      TETHER_LOG(kInfo) << "checkpoint round " << report->first
+                        << " asked for again: written already";
+      done_(report->first, report->second, 0.0);
+      continue;
     }
     TETHER_LOG(kInfo) << "writing checkpoint round " << snapshot.round;
     const auto start = std::chrono::steady_clock::now();
     Result<uint64_t> written = store_->WriteShard(snapshot);
-    done_(
-        snapshot.round, written,
+    const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count());
+            .count();
+    {
+      // Before `done_`, so that the round asked for again once it is
+      // reported is found written (or failed); busy until `done_` returns.
+      MutexLock lock(&mu_);
+      writing_ = -1;
+      if (written.ok()) written_ = std::make_pair(snapshot.round, *written);
+    }
+    done_(snapshot.round, written, seconds);
     MutexLock lock(&mu_);
     busy_ = false;
   }

@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "schema/mutex.h"
 #include "server/checkpoint.h"
@@ -38,7 +39,11 @@ class Checkpointer {
 
   // Hands `snapshot` to the writer; false (dropping it) when a write is in
   // progress and `if_busy` is kDrop, when another snapshot already waits,
-  // or when the writer is stopping.
+  // or when the writer is stopping. A round taken already is not written
+  // twice: one being written or waiting is true at once; the last round
+  // written is reported again through `done` (seconds 0), for a
+  // coordinator that forgot it when another shard failed it. A round whose
+  // write failed is written again.
   bool Submit(ShardSnapshot snapshot, IfBusy if_busy) TETHER_EXCLUDES(mu_);
 
  private:
@@ -51,6 +56,11 @@ class Checkpointer {
   CondVar cv_;
   std::optional<ShardSnapshot> pending_ TETHER_GUARDED_BY(mu_);
   bool busy_ TETHER_GUARDED_BY(mu_) = false;
+  int64_t writing_ TETHER_GUARDED_BY(mu_) = -1;  // the round being written
+  // The last round written, with its bytes.
+  std::optional<std::pair<int64_t, uint64_t>> written_ TETHER_GUARDED_BY(mu_);
+  // A round written already, to report again.
+  std::optional<int64_t> report_ TETHER_GUARDED_BY(mu_);
   bool stopping_ TETHER_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts after the members it uses
 };

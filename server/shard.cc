@@ -776,7 +776,9 @@ Status Shard::TakeRoundLocked(int64_t round, Checkpointer::IfBusy if_busy) {
     return Unavailable("shard " + std::to_string(shard_id_) +
                        " has no --data-dir to write checkpoints into");
   }
-  if (round == last_round_) return Status::Ok();
+  // The round it was restored from is on disk already. (Rounds taken here
+  // are not written twice either: Checkpointer::Submit.)
+  if (round == restored_round_) return Status::Ok();
   ShardSnapshot snapshot;
   snapshot.round = round;
   snapshot.shard_id = shard_id_;
@@ -797,7 +799,6 @@ Status Shard::TakeRoundLocked(int64_t round, Checkpointer::IfBusy if_busy) {
                            ? "the previous round is still being written"
                            : "two earlier rounds are still being written");
   }
-  last_round_ = round;
   return Status::Ok();
 }
 
@@ -816,7 +817,7 @@ Status Shard::Restore(const ShardSnapshot& snapshot) {
   // fresh clocks, since a resume that falls back loads an older round.
   clocks_.Restart(snapshot.min_clock);
   restored_events_ = snapshot.record_events;
-  last_round_ = snapshot.round;
+  restored_round_ = snapshot.round;
   const int64_t k = settings_.checkpoint_every;
   if (k > 0) next_round_clock_ = snapshot.min_clock + k;
   return Status::Ok();

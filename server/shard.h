@@ -302,8 +302,8 @@ class Shard {
   Status TakeRoundLocked(int64_t round, Checkpointer::IfBusy if_busy)
       TETHER_REQUIRES(mu_);
   Checkpointer* checkpointer_ TETHER_GUARDED_BY(mu_) = nullptr;
-  // The round last handed to the writer (or restored from); -1 for none.
-  int64_t last_round_ TETHER_GUARDED_BY(mu_) = -1;
+  // The round this shard was restored from; -1 for none.
+  int64_t restored_round_ TETHER_GUARDED_BY(mu_) = -1;
   int64_t next_round_clock_ TETHER_GUARDED_BY(mu_) = 0;
   std::map<int64_t, std::vector<StagedPush>> staged_ TETHER_GUARDED_BY(mu_);
   // The latest WorkerReport of each worker (shard 0 receives them), and on

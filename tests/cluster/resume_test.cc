@@ -399,5 +399,53 @@ TEST(Checkpoints, FullDiskFailsTheRoundTrainingGoesOnPreviousRoundLoads) {
       << Tail((*cluster)->shard(1).Log(), 5);
 }
 
+// A round shard 1 could not write (its disk full) is written when asked for
+// again at the same clock once there is room, and completes: the shard
+// that wrote it says so again instead of rewriting it, the other writes it.
+TEST(Checkpoints, RoundThatFailedIsWrittenWhenAskedAgain) {
+  TempDir dir;
+  TinyFilesystem tiny(dir.path() + "/shard1", "3m");
+  ASSERT_TRUE(tiny.mounted());
+  ClusterOptions o = RunOptions({});
+  o.extra_flags = {};  // no periodic rounds: only those asked for
+  auto cluster = Cluster::Start(o, dir.path());
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  auto workers = ConnectWorkers((*cluster)->coordinator(), {-1, -1});
+  ASSERT_EQ(workers.size(), 2u);
+  auto observer = ConnectObserver((*cluster)->coordinator());
+  // Shard 1's slice does not fit its 3 MB filesystem.
+  std::vector<float> ones(2 << 20, 1.0f);
+  ASSERT_TRUE(observer->DefineTensor("big", {2 << 20}).ok());
+  ASSERT_TRUE(observer->Push("big", ones).ok());
+  for (auto& w : workers) {
+    for (int k = 0; k < 7; ++k) ASSERT_TRUE(w->Clock().ok());
+  }
+  auto now = [&] {
+    std::string out;
+    auto code = RunToExit(
+        {TETHER_CKPT_BIN, "now", "--coordinator", (*cluster)->coordinator()},
+        &out, 20000);
+    EXPECT_TRUE(code.ok() && *code == 0) << out;
+    EXPECT_NE(out.find("round 7 started"), std::string::npos) << out;
+  };
+  now();
+  auto failed = (*cluster)->shard(0).WaitForLine(
+      "checkpoint round 7 failed on shard 1", 30000);
+  ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+  tiny.Grow("64m");
+  now();  // the clocks have not moved: round 7 again
+  EXPECT_TRUE((*cluster)
+                  ->shard(0)
+                  .WaitForLine("checkpoint round 7 complete", 30000)
+                  .ok())
+      << Tail((*cluster)->shard(0).Log(), 8);
+  EXPECT_TRUE((*cluster)
+                  ->shard(0)
+                  .WaitForLine("checkpoint round 7 asked for again: written "
+                               "already",
+                               1000)
+                  .ok());
+}
+
 }  // namespace
 }  // namespace tether::testing

@@ -873,4 +873,60 @@ TEST(Checkpointer, RequestedRoundWaitsForTheWriteInProgress) {
   EXPECT_EQ(*store->ShardRounds(), (std::vector<int64_t>{1, 3}));
 }
 
+// A round taken again is not written again: while it is being written the
+// request is answered at once; once written, it is reported again (a
+// coordinator forgets a round another shard failed). A round whose write
+// failed is written when asked again.
+TEST(Checkpointer, ARoundIsWrittenOnceAndAFailedOneAgain) {
+  TempDir dir;
+  std::unique_ptr<CheckpointStore> store = OpenOrDie(dir.path());
+  struct Report {
+    int64_t round;
+    bool ok;
+    uint64_t bytes;
+    double seconds;
+  };
+  Mutex mu;
+  CondVar cv;
+  std::vector<Report> reports;
+  Checkpointer writer(store.get(), [&](int64_t round,
+                                       const Result<uint64_t>& bytes,
+                                       double seconds) {
+    MutexLock lock(&mu);
+    reports.push_back({round, bytes.ok(), bytes.ok() ? *bytes : 0, seconds});
+    cv.SignalAll();
+  });
+  auto await = [&](size_t n) {
+    MutexLock lock(&mu);
+    const auto end =
+        std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (reports.size() < n && std::chrono::steady_clock::now() < end) {
+      cv.WaitFor(mu, std::chrono::milliseconds(100));
+    }
+    return reports.size() >= n;
+  };
+  using IfBusy = Checkpointer::IfBusy;
+  // Round 5 fails (a block that does not fit its shape)...
+  ShardSnapshot bad = SmallSnapshot(5);
+  bad.tensors[0].blocks[0].weights.push_back(1.0f);
+  ASSERT_TRUE(writer.Submit(std::move(bad), IfBusy::kQueue));
+  ASSERT_TRUE(await(1));
+  // ...and is written when asked again.
+  ASSERT_TRUE(writer.Submit(SmallSnapshot(5), IfBusy::kQueue));
+  ASSERT_TRUE(await(2));
+  // Asked a third time: reported again, not rewritten.
+  ASSERT_TRUE(writer.Submit(SmallSnapshot(5), IfBusy::kDrop));
+  ASSERT_TRUE(await(3));
+  MutexLock lock(&mu);
+  ASSERT_EQ(reports.size(), 3u);
+  EXPECT_EQ(reports[0].round, 5);
+  EXPECT_FALSE(reports[0].ok);
+  EXPECT_TRUE(reports[1].ok);
+  EXPECT_GT(reports[1].seconds, 0.0);
+  EXPECT_TRUE(reports[2].ok);
+  EXPECT_EQ(reports[2].bytes, reports[1].bytes);
+  EXPECT_EQ(reports[2].seconds, 0.0);
+  EXPECT_EQ(*store->ShardRounds(), (std::vector<int64_t>{5}));
+}
+
 }  // namespace tether
