@@ -63,6 +63,9 @@ void ExpectAllSucceed(std::vector<std::unique_ptr<Process>>& workers) {
   }
 }
 
+// Three epochs: the final weights of a two-epoch run measured 83-85% here
+// and once 80.9% on a loaded CI machine (85.6% a few clocks before), too
+// close to the 82% target to tell a broken launcher from noise.
 TEST(Training, LauncherRunReachesStatedAccuracyOnFashionMnist) {
   TempDir dir;
   std::string output;
@@ -71,7 +74,7 @@ TEST(Training, LauncherRunReachesStatedAccuracyOnFashionMnist) {
       {TETHER_UP_BIN, "--http",     "127.0.0.1:0", "--shards",
        "2",           "--workers",  "3",           "--slow",
        "1",           "--slowdown", "3",           "--staleness",
-       "2",           "--epochs",   "2",           "--target-accuracy",
+       "2",           "--epochs",   "3",           "--target-accuracy",
        "0.82",        "--log-dir",  dir.path(),    "--summary-file",
        summary_file},
       &output, 240000);
