@@ -61,7 +61,8 @@ void Bind(FlagParser& p, ServerOptions& o) {
               "DIR: this shard's data dir in a run made with --record: take "
               "pushes and pulls in that run's order, so that it ends "
               "bit-identical (from the round given with --resume, if any)");
-  p.AddInt("threads", &o.threads, "I/O threads");
+  p.AddInt("threads", &o.threads,
+           "I/O threads, each serving its share of the connections");
   p.AddInt("apply-threads", &o.apply_threads,
            "threads that apply a push of a large tensor (512Ki floats or "
            "more) together, each a run of its blocks; 0: one per core");

@@ -43,7 +43,8 @@ std::string ReadyFileText(int shard_id, const std::string& listening,
 
 Server::Server(ServerOptions options)
     : options_(std::move(options)),
-      work_(asio::make_work_guard(io_)),
+      io_pool_(options_.threads),
+      io_(io_pool_.main()),
       acceptor_(asio::make_strand(io_)),
       signals_(io_, SIGINT, SIGTERM) {
   connection_options_.max_frame_bytes = options_.max_frame_bytes;
@@ -56,9 +57,7 @@ Server::~Server() {
   try {
     Stop();
     MarkStarted();  // after a Start() that failed: nothing more is set up
-    for (std::thread& t : threads_) {
-      if (t.joinable()) t.join();
-    }
+    io_pool_.Join();
   } catch (const std::exception& e) {
     TETHER_LOG(kError) << "shutdown failed: " << e.what();
   }
@@ -101,9 +100,7 @@ Status Server::Start() {
   TETHER_ASSIGN_OR_RETURN(tls_server_,
                           MakeTlsContext(options_.tls, TlsRole::kServer));
   TETHER_RETURN_IF_ERROR(Bind());
-  for (int i = 0; i < options_.threads; ++i) {
-    threads_.emplace_back([this] { io_.run(); });
-  }
+  io_pool_.Start();
   signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     TETHER_LOG(kInfo) << "signal " << sig << ": shutting down";
@@ -707,7 +704,7 @@ void Server::PruneRounds(int64_t newest_complete) {
 
 void Server::DoAccept() {
   acceptor_.async_accept(
-      asio::make_strand(io_),
+      asio::make_strand(io_pool_.Next()),
       [this](const boost::system::error_code& ec, tcp::socket socket) {
         OnAccept(ec, std::move(socket));
       });
@@ -811,10 +808,7 @@ Status Server::Readiness() const {
 }
 
 Status Server::Run() {
-  for (std::thread& t : threads_) {
-    if (t.joinable()) t.join();
-  }
-  threads_.clear();
+  io_pool_.Join();
   MutexLock lock(&sessions_mu_);
   return failure_;
 }
@@ -846,7 +840,7 @@ void Server::CloseAll() {
       }
     }
     for (auto& s : sessions) s->Close();
-    work_.reset();
+    io_pool_.Release();
   });
 }
 

@@ -8,17 +8,16 @@
 #pragma once
 
 #include <atomic>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "schema/auth.h"
 #include "schema/connection.h"
+#include "schema/io_pool.h"
 #include "schema/mutex.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
@@ -126,14 +125,15 @@ class Server {
   Status Readiness() const;
 
   const ServerOptions options_;
-  // The Server owns the context its handlers run on, and ~Server joins the
-  // threads running it before any member goes: a handler holding `this`
+  // The Server owns the contexts its handlers run on, and ~Server joins the
+  // threads running them before any member goes: a handler holding `this`
   // never outlives the Server (unrun handlers are destroyed, not run).
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  // Accepted connections spread over the pool's contexts; the rest runs on
+  // its main one, io_.
+  IoPool io_pool_;
+  asio::io_context& io_;
   tcp::acceptor acceptor_;
   asio::signal_set signals_;
-  std::vector<std::thread> threads_;
   std::string address_;
   std::string listening_;  // where it is bound: --listen, its port picked
   std::shared_ptr<const AuthKey> auth_key_;  // null without --auth-key-file

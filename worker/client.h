@@ -100,8 +100,9 @@ struct ClientOptions {
   // Workers: a lost shard is dialled again with backoff (0.1 s doubling to
   // 5 s) for this long, then given up; 0: never.
   int reconnect_timeout_ms = 120000;
-  // Threads that send, receive and copy replies; connections to different
-  // shards proceed in parallel on different threads.
+  // Threads that send, receive and copy replies; each connection to a shard
+  // keeps to one of them, so connections to different shards proceed in
+  // parallel and a reply never waits for a thread to be woken.
   int io_threads = 2;
   Slicer slicer = DefaultSlicer();
 };

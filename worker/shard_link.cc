@@ -118,9 +118,10 @@ Status DialError(const std::string& what, const HostPort& hp,
 // heartbeat loop, a handshake step, reconnection) hold it while pending,
 // those of its connection hold it weakly.
 struct ShardLinks::Link {
-  Link(asio::io_context& io, int id, std::string addr)
+  Link(asio::io_context& context, int id, std::string addr)
       : shard_id(id),
         address(std::move(addr)),
+        io(context),
         strand(asio::make_strand(io)),
         timer(strand),
         backoff(strand),
@@ -130,6 +131,7 @@ struct ShardLinks::Link {
   // Constant after construction.
   const int shard_id;
   const std::string address;
+  asio::io_context& io;  // its connection's, in the pool
   // Heartbeats, handshake steps and reconnection run here, one at a
   // time; other threads enter only by posting to it.
   const asio::strand<asio::io_context::executor_type> strand;
@@ -201,11 +203,9 @@ ShardLinks::ShardLinks(const ClientOptions& options,
       tls_(std::move(tls)),
       clock_(clock),
       definitions_(std::move(definitions)),
-      work_(asio::make_work_guard(io_)),
+      io_pool_(options.io_threads),
       heartbeat_ms_(options.heartbeat_ms) {
-  for (int i = 0; i < options_.io_threads; ++i) {
-    threads_.emplace_back([this] { io_.run(); });
-  }
+  io_pool_.Start();
 }
 
 ShardLinks::~ShardLinks() {
@@ -216,8 +216,8 @@ ShardLinks::~ShardLinks() {
   for (auto& link : links_) {
     asio::post(link->strand, [link] { Shut(*link); });
   }
-  work_.reset();
-  for (std::thread& t : threads_) t.join();
+  io_pool_.Release();
+  io_pool_.Join();
 }
 
 Result<WelcomeInfo> ShardLinks::Join(int shard_id, const std::string& address,
@@ -258,10 +258,11 @@ Result<std::shared_ptr<ShardLinks::Link>> ShardLinks::Open(
       auto hp, ParseHostPort(address, "shard " + std::to_string(shard_id)));
   std::string what =
       shard_id == 0 ? "the coordinator" : "shard " + std::to_string(shard_id);
+  asio::io_context& io = io_pool_.Next();
   TETHER_ASSIGN_OR_RETURN(
       auto socket,
-      ConnectWithRetry(io_, hp, what, options_.connect_timeout_ms, tls_));
-  auto link = std::make_shared<Link>(io_, shard_id, address);
+      ConnectWithRetry(io, hp, what, options_.connect_timeout_ms, tls_));
+  auto link = std::make_shared<Link>(io, shard_id, address);
   ConnectionOptions co;
   co.max_frame_bytes = options_.max_frame_bytes;
   links_.push_back(link);
@@ -484,7 +485,7 @@ void ShardLinks::OnResolved(const std::shared_ptr<Link>& link,
                             const tcp::resolver::results_type& endpoints) {
   if (stopping_) return;
   if (ec) return RetryLater(link, DialError(link->Describe(), hp, ec));
-  link->dialing.emplace(io_);
+  link->dialing.emplace(link->io);
   asio::async_connect(
       *link->dialing, endpoints,
       asio::bind_executor(

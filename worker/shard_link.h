@@ -17,20 +17,19 @@
 #pragma once
 
 #include <atomic>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/strand.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "schema/auth.h"
 #include "schema/connection.h"
 #include "schema/frame.h"
+#include "schema/io_pool.h"
 #include "schema/mutex.h"
 #include "schema/status.h"
 #include "worker/client.h"
@@ -213,9 +212,9 @@ class ShardLinks {
   std::atomic<int64_t>& clock_;                    // the client's
   const Definitions definitions_;
 
-  asio::io_context io_;
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
-  std::vector<std::thread> threads_;
+  // Each link's connection runs on one of the pool's contexts (a thread of
+  // its own per shard, up to options.io_threads).
+  IoPool io_pool_;
   std::vector<std::shared_ptr<Link>> links_;  // fixed once Connect() returns
   std::atomic<uint64_t> next_id_{1};
   // Set by Welcomed(), read on the links' strands.
