@@ -3,8 +3,8 @@
 // One io_context run by N threads hands work between them: whenever epoll
 // reports a socket ready, the thread that saw it wakes another to wait in
 // epoll while it runs the handler, so every request costs a context switch
-// more than it needs (measured by tools/bench/latency: 129 us for a 1-float
-// pull with 2 threads sharing a context, 93 us with 1). Here a connection is
+// more than it needs (tools/bench/latency, a 1-float pull: 119-214 us with
+// 2 threads sharing a context on each side, 36-40 us so). Here a connection is
 // bound to one context for its life, and its handlers run on the thread
 // that saw its socket; connections spread over the threads round robin.
 //
