@@ -70,6 +70,11 @@ void Checkpointer::Loop() {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
+    if (written.ok()) {
+      TETHER_LOG(kInfo) << "checkpoint round " << snapshot.round
+                        << " written: " << *written << " bytes in " << seconds
+                        << " s";
+    }
     {
       // Before `done_`, so that the round asked for again once it is
       // reported is found written (or failed); busy until `done_` returns.

@@ -432,6 +432,11 @@ TEST(Checkpoints, RoundThatFailedIsWrittenWhenAskedAgain) {
   auto failed = (*cluster)->shard(0).WaitForLine(
       "checkpoint round 7 failed on shard 1", 30000);
   ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+  // Shard 0's own write of the round may still run (shard 1 failed fast);
+  // asked again before it ends, it would be answered as on its way.
+  auto wrote =
+      (*cluster)->shard(0).WaitForLine("checkpoint round 7 written: ", 30000);
+  ASSERT_TRUE(wrote.ok()) << wrote.status().ToString();
   tiny.Grow("64m");
   now();  // the clocks have not moved: round 7 again
   EXPECT_TRUE((*cluster)
