@@ -1,11 +1,14 @@
 #include "schema/connection.h"
 
+#include <sys/socket.h>
+
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <cerrno>
 #include <chrono>
 #include <thread>
 
@@ -29,6 +32,7 @@ Connection::Connection(Stream stream, ConnectionOptions options)
     : options_(options),
       peer_(PeerAddress(stream.socket())),
       stream_(std::move(stream)),
+      direct_fd_(stream_.tls() ? -1 : stream_.socket().native_handle()),
       strand_(asio::make_strand(stream_.socket().get_executor())),
       deadline_(strand_) {
   boost::system::error_code ignored;
@@ -115,11 +119,18 @@ void Connection::OnReadBody(const boost::system::error_code& ec, size_t n) {
 void Connection::FailRead(const Status& why) {
   TETHER_LOG(kWarning) << "closing connection from " << peer_ << ": "
                        << why.message();
-  // Keep a write in flight alive: asio still owns its buffer.
-  while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
+  // Keep a write in flight alive (asio still owns its buffer), and a frame
+  // partly written already: its rest must go before the Error.
+  AdoptPartial();
+  const bool keep_front = writing_ || front_sent_ > 0;
+  while (queue_.size() > (keep_front ? 1u : 0u)) queue_.pop_back();
   queued_bytes_ = queue_.empty() ? 0 : queue_.front()->size();
   queue_.push_back(MakeErrorFrame(0, why));
   queued_bytes_ += queue_.back()->size();
+  {
+    MutexLock lock(&write_mu_);
+    ++handed_;
+  }
   close_after_write_ = true;
   if (!writing_) DoWrite();
   // Report the failure now; the Error still goes out before the close.
@@ -131,24 +142,87 @@ void Connection::FailRead(const Status& why) {
 }
 
 void Connection::Send(OutFrame frame) {
+  if (WriteNow(frame)) return;
   asio::dispatch(
       strand_, [self = shared_from_this(), frame = std::move(frame)]() mutable {
-        if (self->closed_ || self->close_after_write_) return;
-        self->queued_bytes_ += frame->size();
-        self->queue_.push_back(std::move(frame));
-        if (!self->writing_) self->DoWrite();
+        self->Enqueue(std::move(frame), false);
       });
 }
 
 void Connection::SendAndClose(OutFrame frame) {
+  {
+    MutexLock lock(&write_mu_);
+    ++handed_;
+  }
   asio::dispatch(
       strand_, [self = shared_from_this(), frame = std::move(frame)]() mutable {
-        if (self->closed_ || self->close_after_write_) return;
-        self->queued_bytes_ += frame->size();
-        self->queue_.push_back(std::move(frame));
-        self->close_after_write_ = true;
-        if (!self->writing_) self->DoWrite();
+        self->Enqueue(std::move(frame), true);
       });
+}
+
+bool Connection::WriteNow(OutFrame& frame) {
+  MutexLock lock(&write_mu_);
+  if (direct_fd_ < 0 || handed_ > 0 || write_closed_ ||
+      frame->size() > kDirectWriteMaxBytes) {
+    ++handed_;
+    return false;
+  }
+  iovec pieces[8];
+  size_t count = 0;
+  bool fits = true;
+  frame->ForEachPiece([&](const uint8_t* p, size_t n) {
+    if (count == std::size(pieces)) {
+      fits = false;
+      return;
+    }
+    pieces[count++] = {const_cast<uint8_t*>(p), n};
+  });
+  ssize_t n = -1;
+  if (fits) {
+    msghdr message{};
+    message.msg_iov = pieces;
+    message.msg_iovlen = count;
+    do {
+      n = ::sendmsg(direct_fd_, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+  }
+  if (n == static_cast<ssize_t>(frame->size())) {
+    bytes_out_ += n;
+    return true;
+  }
+  ++handed_;
+  if (n < 0 && (!fits || (errno != EAGAIN && errno != EWOULDBLOCK))) {
+    return false;  // the strand writes it, and reports what fails
+  }
+  // The socket took part of it, or none: the strand writes the rest first.
+  partial_sent_ = n > 0 ? n : 0;
+  bytes_out_ += partial_sent_;
+  partial_ = std::move(frame);
+  asio::post(strand_, [self = shared_from_this()] {
+    if (self->closed_) return;
+    self->AdoptPartial();
+    if (!self->writing_) self->DoWrite();
+  });
+  return true;
+}
+
+void Connection::AdoptPartial() {
+  MutexLock lock(&write_mu_);
+  if (!partial_) return;
+  // Nothing was handed to the strand before it: the queue is empty.
+  queued_bytes_ += partial_->size();
+  queue_.push_front(std::move(partial_));
+  front_sent_ = partial_sent_;
+  partial_ = nullptr;
+}
+
+void Connection::Enqueue(OutFrame frame, bool close_after) {
+  if (closed_ || close_after_write_) return;
+  AdoptPartial();
+  queued_bytes_ += frame->size();
+  queue_.push_back(std::move(frame));
+  if (close_after) close_after_write_ = true;
+  if (!writing_) DoWrite();
 }
 
 void Connection::Close() {
@@ -166,8 +240,15 @@ void Connection::DoWrite() {
   // A frame with spliced payloads goes out as one gathered write.
   std::vector<asio::const_buffer> pieces;
   pieces.reserve(2 * queue_.front()->splices().size() + 1);
-  queue_.front()->ForEachPiece(
-      [&pieces](const uint8_t* p, size_t n) { pieces.emplace_back(p, n); });
+  size_t skip = front_sent_;  // the part a direct write already sent
+  queue_.front()->ForEachPiece([&pieces, &skip](const uint8_t* p, size_t n) {
+    if (skip >= n) {
+      skip -= n;
+      return;
+    }
+    pieces.emplace_back(p + skip, n - skip);
+    skip = 0;
+  });
   stream_.Visit([this, &pieces](auto& stream) {
     asio::async_write(stream, pieces,
                       asio::bind_executor(strand_, [self = shared_from_this()](
@@ -186,6 +267,11 @@ void Connection::OnWrite(const boost::system::error_code& ec, size_t n) {
   bytes_out_ += n;
   queued_bytes_ -= queue_.front()->size();
   queue_.pop_front();
+  front_sent_ = 0;
+  {
+    MutexLock lock(&write_mu_);
+    --handed_;
+  }
   MaybeResumeRead();
   DoWrite();
 }
@@ -238,6 +324,12 @@ void Connection::OnDeadline() {
 void Connection::Shutdown(const Status& why) {
   if (closed_) return;
   closed_ = true;
+  {
+    // No direct write may touch the socket once it closes.
+    MutexLock lock(&write_mu_);
+    write_closed_ = true;
+    partial_ = nullptr;
+  }
   deadline_.cancel();
   boost::system::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);

@@ -9,11 +9,18 @@
 // memory. A bad frame makes the connection send an Error saying why (when
 // the stream still allows) and close.
 //
+// Over plain TCP, a small frame sent while nothing else waits to be written
+// goes straight to the socket from the calling thread (a non-blocking
+// send): a blocking client call then costs no hand-off to an I/O thread.
+// What the socket does not take at once is written by the strand, before
+// anything sent later; frames from one thread keep their order.
+//
 // Thread-safe: Send, SendAndClose and Close may be called from any thread.
 // Handlers run on the strand, one at a time. Owned by shared_ptr; it stays
 // alive while an operation is pending.
 #pragma once
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -27,6 +34,7 @@
 
 #include "schema/flags.h"
 #include "schema/frame.h"
+#include "schema/mutex.h"
 #include "schema/status.h"
 #include "schema/stream.h"
 
@@ -77,12 +85,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // "HOST:PORT" of the peer, fixed at construction.
   const std::string& peer() const { return peer_; }
   uint64_t bytes_in() const { return bytes_in_; }
-  uint64_t bytes_out() const { return bytes_out_; }
+  uint64_t bytes_out() const { return bytes_out_.load(); }
+
+  // Frames up to this size may be written from the calling thread.
+  static constexpr size_t kDirectWriteMaxBytes = size_t{64} << 10;
 
  private:
   void DoReadHeader();
   void OnReadHeader(const boost::system::error_code& ec, size_t n);
   void OnReadBody(const boost::system::error_code& ec, size_t n);
+  // Writes `frame` from this thread when it may (plain TCP, small, nothing
+  // else waiting) and returns true once the socket took it, or the rest of
+  // it is handed to the strand; false: the caller hands it to the strand.
+  bool WriteNow(OutFrame& frame) TETHER_EXCLUDES(write_mu_);
+  // On the strand: queues `frame` (after the rest of a direct write).
+  void Enqueue(OutFrame frame, bool close_after);
+  void AdoptPartial() TETHER_EXCLUDES(write_mu_);
   void DoWrite();
   void OnWrite(const boost::system::error_code& ec, size_t n);
   // Sends an Error for `why` (if the socket still writes), then closes.
@@ -99,6 +117,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const ConnectionOptions options_;
   const std::string peer_;
   Stream stream_;
+  const int direct_fd_;  // the socket for direct writes; -1: TLS, none
   asio::strand<asio::any_io_executor> strand_;
   asio::steady_timer deadline_;                // on the strand
   asio::steady_timer::time_point started_;     // on the strand
@@ -111,13 +130,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint8_t header_[kFrameHeaderBytes] = {};
   Frame incoming_;
   std::deque<OutFrame> queue_;
+  size_t front_sent_ = 0;  // bytes of queue_.front() already written
   size_t queued_bytes_ = 0;
   bool writing_ = false;
   bool reading_paused_ = false;
   bool close_after_write_ = false;
   bool closed_ = false;
   uint64_t bytes_in_ = 0;
-  uint64_t bytes_out_ = 0;
+  std::atomic<uint64_t> bytes_out_{0};
+
+  // Direct writes. A frame may go straight to the socket only while
+  // `handed_` is 0: every frame handed to the strand (posted, queued or
+  // being written) is counted until it is written, so nothing sent earlier
+  // is still on its way.
+  Mutex write_mu_;
+  size_t handed_ TETHER_GUARDED_BY(write_mu_) = 0;
+  bool write_closed_ TETHER_GUARDED_BY(write_mu_) = false;
+  // A direct write the socket took only part of; the strand writes the
+  // rest before anything else.
+  OutFrame partial_ TETHER_GUARDED_BY(write_mu_);
+  size_t partial_sent_ TETHER_GUARDED_BY(write_mu_) = 0;
 };
 
 // The address `host` names: an address literal, or a name's first

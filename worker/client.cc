@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 #include <thread>
 
 #include "schema/auth.h"
@@ -57,11 +56,41 @@ class Fanout {
   const Client::Callback done_;
 };
 
-Status Wait(const std::function<void(Client::Callback)>& start) {
-  auto promise = std::make_shared<std::promise<Status>>();
-  auto future = promise->get_future();
-  start([promise](const Status& s) { promise->set_value(s); });
-  return future.get();
+// The answer to one blocking call: the caller spins for it a little before
+// sleeping, since a small request to a nearby shard is answered in about
+// the time a sleeping thread takes to wake up.
+class Answer {
+ public:
+  void Set(const Status& s) {
+    status_ = s;
+    done_.store(true, std::memory_order_release);
+    done_.notify_one();
+  }
+  Status Get(int spin_us) {
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+    while (!done_.load(std::memory_order_acquire)) {
+      if (std::chrono::steady_clock::now() >= until) {
+        done_.wait(false, std::memory_order_acquire);
+        break;
+      }
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    return status_;
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  Status status_;  // written before done_ is set
+};
+
+// Starts a request with `start` and waits for its callback.
+Status Wait(int spin_us, const std::function<void(Client::Callback)>& start) {
+  auto answer = std::make_shared<Answer>();
+  start([answer](const Status& s) { answer->Set(s); });
+  return answer->Get(spin_us);
 }
 
 }  // namespace
@@ -214,7 +243,7 @@ void Client::DefineTensorAsync(const std::string& name,
 
 Status Client::DefineTensor(const std::string& name,
                             const std::vector<uint64_t>& shape, Init init) {
-  return Wait([&](Callback cb) {
+  return Wait(impl_->options.spin_us, [&](Callback cb) {
     DefineTensorAsync(name, shape, init, std::move(cb));
   });
 }
@@ -225,8 +254,9 @@ void Client::DefineTableAsync(const std::string& name, uint32_t dim, Init init,
 }
 
 Status Client::DefineTable(const std::string& name, uint32_t dim, Init init) {
-  return Wait(
-      [&](Callback cb) { DefineTableAsync(name, dim, init, std::move(cb)); });
+  return Wait(impl_->options.spin_us, [&](Callback cb) {
+    DefineTableAsync(name, dim, init, std::move(cb));
+  });
 }
 
 void Client::PullAsync(const std::string& name, std::span<float> out,
@@ -262,7 +292,8 @@ void Client::PullAsync(const std::string& name, std::span<float> out,
 }
 
 Status Client::Pull(const std::string& name, std::span<float> out) {
-  return Wait([&](Callback cb) { PullAsync(name, out, std::move(cb)); });
+  return Wait(impl_->options.spin_us,
+              [&](Callback cb) { PullAsync(name, out, std::move(cb)); });
 }
 
 Status Client::PullWhenReady(const std::string& name, std::span<float> out,
@@ -298,8 +329,9 @@ void Client::ProvideTensorAsync(const std::string& name,
 
 Status Client::ProvideTensor(const std::string& name,
                              std::span<const float> values) {
-  return Wait(
-      [&](Callback cb) { ProvideTensorAsync(name, values, std::move(cb)); });
+  return Wait(impl_->options.spin_us, [&](Callback cb) {
+    ProvideTensorAsync(name, values, std::move(cb));
+  });
 }
 
 void Client::PushDense(const std::string& name, std::span<const float> grad,
@@ -346,7 +378,8 @@ void Client::PushDense(const std::string& name, std::span<const float> grad,
 }
 
 Status Client::Push(const std::string& name, std::span<const float> grad) {
-  return Wait([&](Callback cb) { PushAsync(name, grad, std::move(cb)); });
+  return Wait(impl_->options.spin_us,
+              [&](Callback cb) { PushAsync(name, grad, std::move(cb)); });
 }
 
 void Client::PullRowsAsync(const std::string& table,
@@ -388,8 +421,9 @@ void Client::PullRowsAsync(const std::string& table,
 
 Status Client::PullRows(const std::string& table,
                         std::span<const uint64_t> keys, std::span<float> out) {
-  return Wait(
-      [&](Callback cb) { PullRowsAsync(table, keys, out, std::move(cb)); });
+  return Wait(impl_->options.spin_us, [&](Callback cb) {
+    PullRowsAsync(table, keys, out, std::move(cb));
+  });
 }
 
 void Client::PushRowsAsync(const std::string& table,
@@ -407,7 +441,7 @@ void Client::ProvideRowsAsync(const std::string& table,
 Status Client::ProvideRows(const std::string& table,
                            std::span<const uint64_t> keys,
                            std::span<const float> values) {
-  return Wait([&](Callback cb) {
+  return Wait(impl_->options.spin_us, [&](Callback cb) {
     ProvideRowsAsync(table, keys, values, std::move(cb));
   });
 }
@@ -451,8 +485,9 @@ void Client::PushSparse(const std::string& table,
 Status Client::PushRows(const std::string& table,
                         std::span<const uint64_t> keys,
                         std::span<const float> grads) {
-  return Wait(
-      [&](Callback cb) { PushRowsAsync(table, keys, grads, std::move(cb)); });
+  return Wait(impl_->options.spin_us, [&](Callback cb) {
+    PushRowsAsync(table, keys, grads, std::move(cb));
+  });
 }
 
 void Client::ClockAsync(Callback done) {
@@ -486,7 +521,8 @@ void Client::ClockAsync(Callback done) {
 }
 
 Status Client::Clock() {
-  return Wait([&](Callback cb) { ClockAsync(std::move(cb)); });
+  return Wait(impl_->options.spin_us,
+              [&](Callback cb) { ClockAsync(std::move(cb)); });
 }
 
 void Client::ReportAsync(const Progress& p, Callback done) {
@@ -522,13 +558,14 @@ void Client::ReportAsync(const Progress& p, Callback done) {
 }
 
 Status Client::Report(const Progress& progress) {
-  return Wait([&](Callback cb) { ReportAsync(progress, std::move(cb)); });
+  return Wait(impl_->options.spin_us,
+              [&](Callback cb) { ReportAsync(progress, std::move(cb)); });
 }
 
 Result<int64_t> Client::CheckpointNow() {
   Impl& c = *impl_;
   auto round = std::make_shared<std::atomic<int64_t>>(-1);
-  Status s = Wait([&](Callback cb) {
+  Status s = Wait(impl_->options.spin_us, [&](Callback cb) {
     uint64_t request = c.links.NextId();
     flatbuffers::FlatBufferBuilder fbb(64);
     c.links.Send(
@@ -563,7 +600,7 @@ Result<Client::DataChunk> Client::NextChunk(uint64_t rows, uint32_t chunk_rows,
   Impl& c = *impl_;
   const int64_t now = clock();
   auto chunk = std::make_shared<DataChunk>();
-  Status s = Wait([&](Callback cb) {
+  Status s = Wait(impl_->options.spin_us, [&](Callback cb) {
     uint64_t request = c.links.NextId();
     flatbuffers::FlatBufferBuilder fbb(64);
     c.links.Send(
@@ -590,7 +627,7 @@ namespace {
 Status AskShare(Client::Impl& c, int64_t clock, int epoch, bool leftover,
                 uint32_t batch,
                 std::function<void(const wire::ShareAnswer&)> read) {
-  return Wait([&](Client::Callback cb) {
+  return Wait(c.options.spin_us, [&](Client::Callback cb) {
     uint64_t request = c.links.NextId();
     flatbuffers::FlatBufferBuilder fbb(64);
     c.links.Send(
@@ -644,7 +681,7 @@ Status Client::Leave(const std::string& reason, bool finished) {
     MutexLock lock(&c.share_mu);
     rest = c.share_rest;
   }
-  return Wait([&](Callback cb) {
+  return Wait(impl_->options.spin_us, [&](Callback cb) {
     uint64_t request = c.links.NextId();
     flatbuffers::FlatBufferBuilder fbb(128);
     c.links.Send(0, request,
@@ -665,7 +702,7 @@ void Client::RequestStop(const std::string& reason) {
 Result<std::vector<ShardStats>> Client::Stats() {
   Impl& c = *impl_;
   auto stats = std::make_shared<std::vector<ShardStats>>(c.links.size());
-  Status s = Wait([&](Callback cb) {
+  Status s = Wait(impl_->options.spin_us, [&](Callback cb) {
     auto fanout = std::make_shared<Fanout>(c.links.size(), std::move(cb));
     for (int i = 0; i < c.links.size(); ++i) {
       uint64_t request = c.links.NextId();

@@ -104,6 +104,11 @@ struct ClientOptions {
   // keeps to one of them, so connections to different shards proceed in
   // parallel and a reply never waits for a thread to be woken.
   int io_threads = 2;
+  // A blocking call spins this long for its answer before it sleeps: a
+  // small request is answered in about the time a sleeping thread takes to
+  // be woken. 0: sleep at once (spare the core when it is needed by other
+  // work).
+  int spin_us = 50;
   Slicer slicer = DefaultSlicer();
 };
 

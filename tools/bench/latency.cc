@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   int warmup = 1000;
   int dim = 1;
   int io_threads = tether::ClientOptions{}.io_threads;
+  int spin_us = tether::ClientOptions{}.spin_us;
   tether::FlagParser p("tether-bench-latency",
                        "round trips of 1-float pulls and pushes");
   p.AddString("coordinator", &coordinator, "HOST:PORT of shard 0");
@@ -58,6 +59,8 @@ int main(int argc, char** argv) {
   p.AddInt("warmup", &warmup, "untimed operations of each kind first");
   p.AddInt("dim", &dim, "floats in the tensor and in the row");
   p.AddInt("io-threads", &io_threads, "the client's I/O threads");
+  p.AddInt("spin-us", &spin_us,
+           "how long a blocking call spins for its answer before sleeping");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   if (ops < 1 || dim < 1) {
     std::cerr << "tether-bench-latency: --ops and --dim must be at least 1\n";
@@ -68,6 +71,7 @@ int main(int argc, char** argv) {
   o.observer = true;
   o.name = "latency bench";
   o.io_threads = io_threads;
+  o.spin_us = spin_us;
   auto client = tether::Client::Connect(o);
   if (!client.ok()) {
     std::cerr << "tether-bench-latency: " << client.status().message() << "\n";

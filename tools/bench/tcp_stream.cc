@@ -15,8 +15,12 @@
 // Ping-pong, the baseline of the latency benchmark: the pinger writes a
 // --size message, waits for it to come back whole, and again, --ops times
 // (after 1000 untimed); TCP_NODELAY on both ends, one blocking thread each,
-// as a hand-written request/reply loop would be. Prints "tcp_pingpong
+// as a hand-written request/reply loop would be. With --spin-us the pinger
+// polls for the reply that long before it blocks (as a tether client's
+// blocking call does, ClientOptions::spin_us). Prints "tcp_pingpong
 // median_us X p99_us Y".
+#include <sys/socket.h>
+
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdio>
@@ -44,7 +48,24 @@ void Echo(tcp::socket& socket, size_t size) {
   }
 }
 
-void Ping(tcp::socket& socket, size_t size, int ops) {
+// Reads `size` bytes into `message`, polling for them for `spin_us` first.
+void ReadReply(tcp::socket& socket, std::vector<char>& message, int spin_us) {
+  size_t got = 0;
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  while (got < message.size() && std::chrono::steady_clock::now() < until) {
+    const ssize_t n = ::recv(socket.native_handle(), message.data() + got,
+                             message.size() - got, MSG_DONTWAIT);
+    if (n == 0) throw std::runtime_error("the echo closed the connection");
+    if (n > 0) got += n;
+  }
+  if (got < message.size()) {
+    asio::read(socket,
+               asio::buffer(message.data() + got, message.size() - got));
+  }
+}
+
+void Ping(tcp::socket& socket, size_t size, int ops, int spin_us) {
   socket.set_option(tcp::no_delay(true));
   std::vector<char> message(size, 1);
   constexpr int kWarmup = 1000;
@@ -53,7 +74,7 @@ void Ping(tcp::socket& socket, size_t size, int ops) {
   for (int i = 0; i < kWarmup + ops; ++i) {
     const auto start = std::chrono::steady_clock::now();
     asio::write(socket, asio::buffer(message));
-    asio::read(socket, asio::buffer(message));
+    ReadReply(socket, message, spin_us);
     const auto end = std::chrono::steady_clock::now();
     if (i >= kWarmup) {
       us.push_back(
@@ -71,6 +92,7 @@ int main(int argc, char** argv) {
   uint64_t bytes = uint64_t{256} << 20;
   uint64_t size = 64;
   int ops = 20000;
+  int spin_us = 0;
   tether::FlagParser p("tether-bench-tcp", "raw TCP stream baseline");
   p.AddString("serve", &serve, "HOST:PORT to receive on");
   p.AddString("send", &send, "HOST:PORT to send to");
@@ -79,6 +101,8 @@ int main(int argc, char** argv) {
   p.AddString("ping", &ping, "HOST:PORT of an --echo to time round trips to");
   p.AddUint64("size", &size, "ping-pong message size in bytes");
   p.AddInt("ops", &ops, "timed ping-pong round trips");
+  p.AddInt("spin-us", &spin_us,
+           "how long the pinger polls for a reply before it blocks");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   if (size < 1 || size > (uint64_t{1} << 20) || ops < 1) {
     std::cerr << "tether-bench-tcp: --size must be 1 to 1048576 and --ops at "
@@ -102,7 +126,7 @@ int main(int argc, char** argv) {
       if (!hp.ok()) throw std::runtime_error(hp.status().message());
       tcp::socket socket(io);
       socket.connect(tcp::endpoint(asio::ip::make_address(hp->host), hp->port));
-      Ping(socket, size, ops);
+      Ping(socket, size, ops, spin_us);
       return 0;
     }
     std::vector<char> buffer(size_t{4} << 20, 1);

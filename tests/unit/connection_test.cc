@@ -1,0 +1,180 @@
+// Connection's writes over real loopback TCP: frames sent from several
+// threads at once -- small ones written straight from the sending thread,
+// large ones by the strand -- arrive whole and, per thread, in order; and a
+// peer that stops reading until the socket is full still gets every byte
+// in order once it reads.
+#include "schema/connection.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/read.hpp>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "schema/io_pool.h"
+#include "schema/mutex.h"
+
+namespace tether {
+namespace {
+
+constexpr uint64_t kPerThread = uint64_t{1} << 20;  // id = thread * this + seq
+
+// A frame whose request id is `id`, about `bytes` long.
+OutFrame NumberedFrame(uint64_t id, size_t bytes) {
+  return MakeErrorFrame(id, Status(Code::kInternal, std::string(bytes, 'x')));
+}
+
+// How long frame `seq` of a thread is: mostly small (direct writes), every
+// seventh larger than a direct write may be.
+size_t SizeOf(uint64_t seq) {
+  return seq % 7 == 6 ? Connection::kDirectWriteMaxBytes + 1000
+                      : 40 + seq % 300;
+}
+
+// A connected pair of sockets on loopback, on `io`.
+std::pair<tcp::socket, tcp::socket> Pair(asio::io_context& io) {
+  tcp::acceptor acceptor(io,
+                         tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  tcp::socket client(io);
+  client.connect(acceptor.local_endpoint());
+  tcp::socket server = acceptor.accept();
+  return {std::move(client), std::move(server)};
+}
+
+TEST(Connection, FramesFromManyThreadsArriveWholeAndInOrderPerThread) {
+  IoPool pool(2);
+  auto [a, b] = Pair(pool.Next());
+  auto sender = std::make_shared<Connection>(std::move(a), ConnectionOptions{});
+  auto receiver =
+      std::make_shared<Connection>(std::move(b), ConnectionOptions{});
+  constexpr int kThreads = 4;
+  constexpr uint64_t kFrames = 1500;
+  Mutex mu;
+  std::vector<uint64_t> next(kThreads, 0);  // the seq expected from each
+  uint64_t received = 0;
+  std::string error;
+  receiver->Start(
+      [&](Frame frame) {
+        const wire::Error* e = frame.message()->body_as_Error();
+        MutexLock lock(&mu);
+        if (e == nullptr || e->message() == nullptr) {
+          error = "a frame that is not an Error";
+          return;
+        }
+        const uint64_t id = e->request_id();
+        const uint64_t thread = id / kPerThread;
+        const uint64_t seq = id % kPerThread;
+        if (thread >= kThreads || seq != next[thread] ||
+            e->message()->size() != SizeOf(seq)) {
+          if (error.empty()) {
+            error = "thread " + std::to_string(thread) + ": got frame " +
+                    std::to_string(seq) + " of " +
+                    std::to_string(e->message()->size()) + " bytes, expected " +
+                    std::to_string(next[thread % kThreads]);
+          }
+        }
+        next[thread % kThreads] = seq + 1;
+        ++received;
+      },
+      [](const Status&) {});
+  sender->Start([](Frame) {}, [](const Status&) {});
+  pool.Start();
+
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t seq = 0; seq < kFrames; ++seq) {
+        sender->Send(NumberedFrame(t * kPerThread + seq, SizeOf(seq)));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until) {
+    {
+      MutexLock lock(&mu);
+      if (received == kThreads * kFrames || !error.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  {
+    MutexLock lock(&mu);
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(received, kThreads * kFrames);
+  }
+  sender->Close();
+  receiver->Close();
+  pool.Release();
+  pool.Join();
+}
+
+// The socket fills while the peer does not read: direct writes that the
+// socket takes only in part must be finished by the strand before any
+// frame sent after them.
+TEST(Connection, PeerThatReadsLateGetsEveryFrameInOrder) {
+  IoPool pool(1);
+  auto [a, b] = Pair(pool.Next());
+  auto sender = std::make_shared<Connection>(std::move(a), ConnectionOptions{});
+  sender->Start([](Frame) {}, [](const Status&) {});
+  pool.Start();
+  constexpr uint64_t kFrames =
+      1200;  // about 30 MiB: more than the socket holds
+  std::vector<std::thread> threads;
+  threads.reserve(2);
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      for (uint64_t seq = 0; seq < kFrames; ++seq) {
+        // Just under the direct-write limit, so most go out directly.
+        sender->Send(
+            NumberedFrame(t * kPerThread + seq,
+                          Connection::kDirectWriteMaxBytes - 200 - seq % 1000));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LT(sender->bytes_out(), 2 * kFrames * Connection::kDirectWriteMaxBytes)
+      << "the socket took everything: the late reader tested nothing";
+
+  std::vector<uint64_t> next(2, 0);
+  uint64_t bytes = 0;
+  for (uint64_t i = 0; i < 2 * kFrames; ++i) {
+    uint8_t header[kFrameHeaderBytes];
+    asio::read(b, asio::buffer(header));
+    auto length = ParseFrameHeader(header, kDefaultMaxFrameBytes);
+    ASSERT_TRUE(length.ok())
+        << "frame " << i << ": " << length.status().message();
+    Frame frame(*length);
+    asio::read(b, asio::buffer(frame.body(), frame.body_size()));
+    ASSERT_TRUE(frame.Verify().ok()) << "frame " << i;
+    const wire::Error* e = frame.message()->body_as_Error();
+    ASSERT_NE(e, nullptr);
+    const uint64_t thread = e->request_id() / kPerThread;
+    const uint64_t seq = e->request_id() % kPerThread;
+    ASSERT_LT(thread, 2u);
+    ASSERT_EQ(seq, next[thread]) << "thread " << thread;
+    ASSERT_EQ(e->message()->size(),
+              Connection::kDirectWriteMaxBytes - 200 - seq % 1000);
+    next[thread] = seq + 1;
+    bytes += frame.size();
+  }
+  // Every byte read was counted as written, once.
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (sender->bytes_out() < bytes &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(sender->bytes_out(), bytes);
+  sender->Close();
+  pool.Release();
+  pool.Join();
+}
+
+}  // namespace
+}  // namespace tether
