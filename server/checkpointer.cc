@@ -23,8 +23,8 @@ bool Checkpointer::Submit(ShardSnapshot snapshot, IfBusy if_busy) {
     MutexLock lock(&mu_);
     if (stopping_) return false;
     const int64_t round = snapshot.round;
-    if ((busy_ && writing_ == round) ||
-        (pending_ && pending_->round == round) || report_ == round) {
+    if (writing_ == round || (pending_ && pending_->round == round) ||
+        report_ == round) {
       return true;  // on its way
     }
     if (written_ && written_->first == round) {

@@ -55,8 +55,10 @@ class Checkpointer {
   Mutex mu_;
   CondVar cv_;
   std::optional<ShardSnapshot> pending_ TETHER_GUARDED_BY(mu_);
+  // A round is being written or its `done` runs.
   bool busy_ TETHER_GUARDED_BY(mu_) = false;
-  int64_t writing_ TETHER_GUARDED_BY(mu_) = -1;  // the round being written
+  // The round being written (-1: none); it is reset before `done` runs.
+  int64_t writing_ TETHER_GUARDED_BY(mu_) = -1;
   // The last round written, with its bytes.
   std::optional<std::pair<int64_t, uint64_t>> written_ TETHER_GUARDED_BY(mu_);
   // A round written already, to report again.

@@ -743,18 +743,21 @@ void ShardLinks::Tick(const std::shared_ptr<Link>& link) {
     const int64_t frozen_ms = now_ms - link->tick_due_ms;
     const int limit_ms = silence_ms_.load();
     if (welcomed_ && !options_.observer && limit_ms > 0) {
+      std::string why;
       if (silent_ms > limit_ms) {
-        TETHER_LOG(kWarning) << "heard nothing from " << link->Describe()
-                             << " for " << silent_ms / 1000
-                             << " s (the run's --worker-timeout-ms); dropping "
-                                "the connection to dial it again";
-        conn->Close();
+        why = "heard nothing from " + link->Describe() + " for " +
+              std::to_string(silent_ms / 1000) +
+              " s (the run's --worker-timeout-ms); dropping the connection "
+              "to dial it again";
       } else if (frozen_ms > limit_ms) {
-        TETHER_LOG(kWarning)
-            << "this process did not run for " << frozen_ms / 1000
-            << " s, past the run's --worker-timeout-ms; "
-               "dropping the connection to "
-            << link->Describe() << " to dial it again";
+        why = "this process did not run for " +
+              std::to_string(frozen_ms / 1000) +
+              " s, past the run's --worker-timeout-ms; dropping the "
+              "connection to " +
+              link->Describe() + " to dial it again";
+      }
+      if (!why.empty()) {
+        TETHER_LOG(kWarning) << why;
         conn->Close();
       }
     }
