@@ -1,6 +1,10 @@
 // tether-bench-dashboard-clients: N WebSocket clients of a dashboard that
 // read every update, as N open browser tabs would, until SIGINT/SIGTERM or
 // --seconds; then prints how many messages and bytes they received.
+// Against a dashboard on an IPv4 loopback address the clients connect from
+// different loopback addresses (127.0.1.1, 127.0.1.2, ...; --per-address
+// clients each), as tabs on several machines would: the dashboard limits
+// the connections from one address (--http-max-clients-per-address).
 #include <signal.h>
 
 #include <atomic>
@@ -30,9 +34,21 @@ std::atomic<uint64_t> g_closed{0};  // closed by the server (it stopped)
 
 class Reader : public std::enable_shared_from_this<Reader> {
  public:
-  Reader(asio::io_context& io, tcp::endpoint endpoint, std::string host)
-      : ws_(io), endpoint_(endpoint), host_(std::move(host)) {}
+  // `source`: the address to connect from; unspecified: any.
+  Reader(asio::io_context& io, tcp::endpoint endpoint, std::string host,
+         asio::ip::address source)
+      : ws_(io),
+        endpoint_(std::move(endpoint)),
+        host_(std::move(host)),
+        source_(std::move(source)) {}
   void Start() {
+    if (!source_.is_unspecified()) {
+      tcp::socket& socket = beast::get_lowest_layer(ws_).socket();
+      beast::error_code ec;
+      socket.open(endpoint_.protocol(), ec);
+      if (!ec) socket.bind(tcp::endpoint(source_, 0), ec);
+      if (ec) return Fail(ec);
+    }
     beast::get_lowest_layer(ws_).async_connect(
         endpoint_, [self = shared_from_this()](beast::error_code ec) {
           if (ec) return self->Fail(ec);
@@ -76,6 +92,7 @@ class Reader : public std::enable_shared_from_this<Reader> {
   websocket::stream<beast::tcp_stream> ws_;
   tcp::endpoint endpoint_;
   std::string host_;
+  asio::ip::address source_;
   beast::flat_buffer buffer_;
 };
 
@@ -84,12 +101,16 @@ class Reader : public std::enable_shared_from_this<Reader> {
 int main(int argc, char** argv) {
   std::string address;
   int clients = 50;
+  int per_address = 8;
   double seconds = 0;
   tether::FlagParser p(
       "tether-bench-dashboard-clients",
       "WebSocket clients reading a tether dashboard's updates.");
   p.AddString("address", &address, "HOST:PORT of the dashboard");
   p.AddInt("clients", &clients, "how many clients");
+  p.AddInt("per-address", &per_address,
+           "clients from each loopback address (a loopback dashboard); 0: "
+           "all from one");
   p.AddDouble("seconds", &seconds,
               "stop after this long; 0: at SIGINT/SIGTERM");
   if (auto code = p.ParseForMain(argc, argv)) return *code;
@@ -102,8 +123,16 @@ int main(int argc, char** argv) {
   asio::io_context io(1);
   tcp::endpoint endpoint(asio::ip::make_address(hp->host), hp->port);
   std::vector<std::shared_ptr<Reader>> readers;
+  const bool spread = per_address > 0 && endpoint.address().is_v4() &&
+                      endpoint.address().is_loopback();
   for (int i = 0; i < clients; ++i) {
-    readers.push_back(std::make_shared<Reader>(io, endpoint, address));
+    asio::ip::address source;  // unspecified: any
+    if (spread) {
+      const int n = i / per_address;  // 127.0.1.1, 127.0.1.2, ...
+      source = asio::ip::address_v4((127u << 24) | ((1u + n / 250) << 8) |
+                                    (n % 250 + 1));
+    }
+    readers.push_back(std::make_shared<Reader>(io, endpoint, address, source));
     readers.back()->Start();
   }
   auto start = std::chrono::steady_clock::now();
