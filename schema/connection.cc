@@ -26,6 +26,15 @@ bool IsNormalEnding(const boost::system::error_code& ec) {
          ec == asio::error::connection_aborted;
 }
 
+// Asio's transfer_all asks the socket for at most 64 KiB per system call;
+// a frame of megabytes then costs dozens of reads and writes, each a
+// system call and often a wake-up. This one asks for everything left (the
+// buffers still bound each call), so one call moves as much as the socket
+// holds.
+size_t TransferAll(const boost::system::error_code& ec, size_t /*n*/) {
+  return ec ? 0 : size_t{64} << 20;
+}
+
 }  // namespace
 
 Connection::Connection(Stream stream, ConnectionOptions options)
@@ -60,7 +69,7 @@ void Connection::DoReadHeader() {
     return;
   }
   stream_.Visit([this](auto& stream) {
-    asio::async_read(stream, asio::buffer(header_),
+    asio::async_read(stream, asio::buffer(header_), TransferAll,
                      asio::bind_executor(strand_, [self = shared_from_this()](
                                                       auto ec, size_t n) {
                        self->OnReadHeader(ec, n);
@@ -91,6 +100,7 @@ void Connection::OnReadHeader(const boost::system::error_code& ec, size_t n) {
   stream_.Visit([this](auto& stream) {
     asio::async_read(
         stream, asio::buffer(incoming_.body(), incoming_.body_size()),
+        TransferAll,
         asio::bind_executor(strand_,
                             [self = shared_from_this()](auto ec, size_t n) {
                               self->OnReadBody(ec, n);
@@ -250,7 +260,7 @@ void Connection::DoWrite() {
     skip = 0;
   });
   stream_.Visit([this, &pieces](auto& stream) {
-    asio::async_write(stream, pieces,
+    asio::async_write(stream, pieces, TransferAll,
                       asio::bind_executor(strand_, [self = shared_from_this()](
                                                        auto ec, size_t n) {
                         self->OnWrite(ec, n);

@@ -269,8 +269,22 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
     record();
     return out.Add(conn, MakeErrorFrame(m.request_id(), s));
   }
-  ++pulls_;
   int64_t clock = is_worker ? clocks_.clock(peer.rank) : 0;
+  if (is_worker && m.clock() > clock) {
+    // A prefetch for the next clock is held as a pull at that clock.
+    if (m.clock() > clock + 1) {
+      record();
+      return out.Add(
+          conn, MakeErrorFrame(
+                    m.request_id(),
+                    InvalidArgument(
+                        "pull for clock " + std::to_string(m.clock()) +
+                        " from a worker at clock " + std::to_string(clock) +
+                        ": a prefetch may be for the next clock only")));
+    }
+    clock = m.clock();
+  }
+  ++pulls_;
   int staleness = peer.staleness;
   if (settings_.record && checkpointer_ != nullptr &&
       settings_.checkpoint_every > 0 && clock >= next_round_clock_) {

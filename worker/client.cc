@@ -119,6 +119,15 @@ struct Client::Impl {
   WelcomeInfo welcome;  // written by Connect() only
   std::atomic<int64_t> clock{0};
   std::atomic<int64_t> read_clock{0};
+  // The clock the last PrefetchAsync was for; Clock() reaching it makes
+  // it the read clock.
+  std::atomic<int64_t> prefetched_for{-1};
+  // The clock ClockPipelined() left in flight; empty when none.
+  std::shared_ptr<Answer> clock_in_flight;
+
+  // PullAsync and PrefetchAsync: for `for_clock`, -1 for the clock now.
+  void Pull(const std::string& name, std::span<float> out, int64_t for_clock,
+            Callback done);
 
   Mutex tensors_mu;
   std::unordered_map<std::string, TensorMeta> tensors
@@ -231,6 +240,7 @@ int Client::staleness() const { return impl_->welcome.staleness; }
 int Client::num_shards() const { return impl_->welcome.num_shards; }
 int Client::num_workers() const { return impl_->welcome.num_workers; }
 uint64_t Client::seed() const { return impl_->welcome.seed; }
+bool Client::records() const { return impl_->welcome.record; }
 uint32_t Client::block_size() const { return impl_->welcome.block_size; }
 int64_t Client::clock() const { return impl_->clock; }
 int64_t Client::resume_round() const { return impl_->welcome.resume_round; }
@@ -261,7 +271,20 @@ Status Client::DefineTable(const std::string& name, uint32_t dim, Init init) {
 
 void Client::PullAsync(const std::string& name, std::span<float> out,
                        Callback done) {
+  impl_->Pull(name, out, -1, std::move(done));
+}
+
+void Client::PrefetchAsync(const std::string& name, std::span<float> out,
+                           Callback done) {
   Impl& c = *impl_;
+  const int64_t next = c.clock.load() + 1;
+  c.prefetched_for = next;
+  c.Pull(name, out, next, std::move(done));
+}
+
+void Client::Impl::Pull(const std::string& name, std::span<float> out,
+                        int64_t for_clock, Callback done) {
+  Impl& c = *this;
   auto meta = c.Lookup(name, false);
   if (!meta.ok()) return done(meta.status());
   if (out.size() != meta->size) {
@@ -273,21 +296,22 @@ void Client::PullAsync(const std::string& name, std::span<float> out,
   auto parts = CutBlocks(c.options.slicer, meta->id, meta->size, bs,
                          c.welcome.num_shards, c.options.chunk_bytes);
   if (!parts.ok()) return done(parts.status());
-  c.read_clock = c.clock.load();
+  if (for_clock < 0) c.read_clock = c.clock.load();
   auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
   for (auto& [shard, blocks] : *parts) {
     uint64_t request = c.links.NextId();
-    c.links.Send(shard, request,
-                 PullBlocksFrame(request, meta->id, blocks, c.bf16()),
-                 [fanout, out, bs](const wire::Message* m, const Status& e) {
-                   if (m == nullptr) return fanout->Finish(e);
-                   const wire::PullReply* reply = m->body_as_PullReply();
-                   if (reply == nullptr) {
-                     return fanout->Finish(
-                         ProtocolError("pull answered without blocks"));
-                   }
-                   fanout->Finish(CopyPulledBlocks(*reply, bs, out));
-                 });
+    c.links.Send(
+        shard, request,
+        PullBlocksFrame(request, meta->id, blocks, c.bf16(), for_clock),
+        [fanout, out, bs](const wire::Message* m, const Status& e) {
+          if (m == nullptr) return fanout->Finish(e);
+          const wire::PullReply* reply = m->body_as_PullReply();
+          if (reply == nullptr) {
+            return fanout->Finish(
+                ProtocolError("pull answered without blocks"));
+          }
+          fanout->Finish(CopyPulledBlocks(*reply, bs, out));
+        });
   }
 }
 
@@ -496,6 +520,8 @@ void Client::ClockAsync(Callback done) {
     return done(ProtocolError("observers have no clock"));
   }
   int64_t clock = ++c.clock;
+  // The values prefetched for this clock are what its pushes come from.
+  if (c.prefetched_for.load() == clock) c.read_clock = clock;
   auto fanout = std::make_shared<Fanout>(c.links.size(), std::move(done));
   for (int shard = 0; shard < c.links.size(); ++shard) {
     uint64_t request = c.links.NextId();
@@ -521,8 +547,23 @@ void Client::ClockAsync(Callback done) {
 }
 
 Status Client::Clock() {
+  TETHER_RETURN_IF_ERROR(AwaitClock());
   return Wait(impl_->options.spin_us,
               [&](Callback cb) { ClockAsync(std::move(cb)); });
+}
+
+Status Client::ClockPipelined() {
+  TETHER_RETURN_IF_ERROR(AwaitClock());
+  auto answer = std::make_shared<Answer>();
+  impl_->clock_in_flight = answer;
+  ClockAsync([answer](const Status& s) { answer->Set(s); });
+  return Status::Ok();
+}
+
+Status Client::AwaitClock() {
+  std::shared_ptr<Answer> answer = std::move(impl_->clock_in_flight);
+  impl_->clock_in_flight.reset();
+  return answer ? answer->Get(impl_->options.spin_us) : Status::Ok();
 }
 
 void Client::ReportAsync(const Progress& p, Callback done) {

@@ -143,6 +143,9 @@ class Client {
   int num_shards() const;
   int num_workers() const;
   uint64_t seed() const;  // the run seed
+  // The run records (or replays) the order of every worker's requests
+  // (--record): a worker keeps to one order, overlapping no steps.
+  bool records() const;
   uint32_t block_size() const;
   int64_t clock() const;  // completed Clock() calls
   // The checkpoint round the run resumed from (tether-server --resume), -1
@@ -166,6 +169,15 @@ class Client {
   // reached clock c - s.
   void PullAsync(const std::string& name, std::span<float> out, Callback done);
   Status Pull(const std::string& name, std::span<float> out);
+  // PullAsync of the values this worker computes with at its next clock,
+  // sent while it is still at this one (e.g. once forward is done, so that
+  // they travel while backward runs). The shards hold it as a pull at the
+  // next clock, so the bound is kept exactly: with s >= 1 it is usually
+  // answered at once, without this worker's pushes of this clock (which
+  // the bound does not require); with s = 0 once every worker has clocked.
+  // Pushes after the next Clock() are tagged read at that clock.
+  void PrefetchAsync(const std::string& name, std::span<float> out,
+                     Callback done);
   // Sends a gradient (exactly the tensor's size) to be applied by the
   // shards' optimizer. It is tagged with the clock of this client's last
   // pull, so shards know its staleness; kStalePush if a shard rejects it.
@@ -208,6 +220,15 @@ class Client {
   // issued before it). Workers only.
   void ClockAsync(Callback done);
   Status Clock();
+  // Clock() that waits for the previous pipelined clock's acknowledgements
+  // instead of this one's: the next step computes while this clock travels,
+  // and at most one is in flight. Returns the previous one's outcome (then
+  // this clock is not sent) or, once sent, OK. With a bound s != 0 (with
+  // s = 0 the next step's pull waits for this clock anyway). Clock() and
+  // AwaitClock() wait for the one in flight first.
+  Status ClockPipelined();
+  // The outcome of the clock ClockPipelined() left in flight (OK if none).
+  Status AwaitClock();
 
   // Sends this worker's progress (with its clock) to shard 0, where Stats()
   // and the dashboard show it. Workers only.

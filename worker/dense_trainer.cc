@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "schema/log.h"
 #include "worker/reporter.h"
 #include "worker/train_step.h"
 #include "worker/training_loop.h"
@@ -69,8 +70,19 @@ class DenseTrainer {
     loop.batch = o_.batch;
     loop.epochs = o_.epochs;
     loop.chunk_rows = o_.chunk_rows;
-    // The next batch's weights travel right behind this batch's clock.
-    loop.clock_sent = [this] { StartPulls(/*prefetched=*/true); };
+    // With a bound s != 0 a step overlaps the one before: its weights are
+    // prefetched during that step's backward (StartPrefetch), and it
+    // computes while that step's pushes and clock are still on their way.
+    // Not in a recorded run, whose replay expects each request where the
+    // recording has it.
+    pipelined_ =
+        o_.overlap_steps && client_.staleness() != 0 && !client_.records();
+    loop.pipelined_clock = pipelined_;
+    // The next batch's weights travel right behind this batch's clock,
+    // unless they were prefetched during it.
+    loop.clock_sent = [this] {
+      if (pulled_at_ != client_.clock()) StartPulls(/*prefetched=*/true);
+    };
     Status trained = RunTrainingLoop(
         client_, loop,
         [this](std::span<const uint32_t> rows, int epoch) {
@@ -79,6 +91,7 @@ class DenseTrainer {
         [this](int epoch) { return AfterClock(epoch); });
     DropPulls();
     TETHER_RETURN_IF_ERROR(trained);
+    TETHER_RETURN_IF_ERROR(CollectPushes());
     // The last evaluation, on the weights as they are now.
     TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
     TETHER_ASSIGN_OR_RETURN(EvalResult eval, Evaluate());
@@ -103,6 +116,30 @@ class DenseTrainer {
     pulled_at_ = client_.clock();
   }
 
+  // With a bound s != 0, once forward is done: starts pulling the next
+  // batch's weights (Client::PrefetchAsync) into spare buffers, so that
+  // they travel while backward still reads this batch's weights; each is
+  // copied into the model's weights when the next step awaits it.
+  Status StartPrefetch() {
+    // This step's own pulls first, should forward have left one.
+    for (size_t i = 0; i < pulls_.size(); ++i) {
+      TETHER_RETURN_IF_ERROR(AwaitPull(i));
+    }
+    DropPulls();
+    const auto& specs = model_.specs();
+    spare_.resize(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      spare_[i].resize(model_.weights()[i].size());
+    }
+    prefetched_ = true;
+    into_spare_ = true;
+    pulls_ = StartEachParam(specs.size(), [&](size_t i, auto done) {
+      client_.PrefetchAsync(specs[i].name, spare_[i], done);
+    });
+    pulled_at_ = client_.clock() + 1;
+    return Status::Ok();
+  }
+
   // Waits for the pulls in flight and forgets them: the weights hold no
   // pull's values for the step.
   void DropPulls() {
@@ -111,6 +148,7 @@ class DenseTrainer {
     }
     pulls_.clear();
     pulled_at_ = -1;
+    into_spare_ = false;
   }
 
   // Waits for the pull of spec i. A prefetched one that failed (a shard
@@ -120,8 +158,12 @@ class DenseTrainer {
     if (i >= pulls_.size() || !pulls_[i].valid()) return Status::Ok();
     auto start = Clock::now();
     Status s = pulls_[i].get();
+    std::span<float> weights = model_.weights()[i];
+    if (s.ok() && into_spare_) {
+      std::copy(spare_[i].begin(), spare_[i].end(), weights.begin());
+    }
     if (!s.ok() && prefetched_) {
-      s = client_.Pull(model_.specs()[i].name, model_.weights()[i]);
+      s = client_.Pull(model_.specs()[i].name, weights);
     }
     reporter_.AddWait(SecondsSince(start));
     return s;
@@ -134,9 +176,12 @@ class DenseTrainer {
   Status Step(std::span<const uint32_t> rows, int epoch) {
     // A step repeated after a lost shard: the last attempt's pushes may
     // still read the gradients from their buffers; their outcome no longer
-    // matters.
-    (void)WaitForAll(std::move(pushes_));
-    pushes_.clear();
+    // matters. (The last step's, still on their way when pipelined, are
+    // collected before backward.)
+    if (!pipelined_ || pushed_at_ == client_.clock()) {
+      (void)WaitForAll(std::move(pushes_));
+      pushes_.clear();
+    }
     const int n = static_cast<int>(rows.size());
     GatherRows(train_, rows, batch_x_.data(), batch_y_.data());
     // Weights read at another clock (the worker idled, or was moved ahead)
@@ -149,7 +194,13 @@ class DenseTrainer {
     };
     // A diverged model stops before any of its gradients is sent.
     hooks.loss_known = [this, epoch](float loss) {
-      return CheckLoss(loss, client_, epoch);
+      TETHER_RETURN_IF_ERROR(CheckLoss(loss, client_, epoch));
+      if (!pipelined_) return Status::Ok();
+      // A slowed worker prefetches after its sleep: weights read before it
+      // would miss what the others pushed meanwhile.
+      if (o_.slowdown <= 1) TETHER_RETURN_IF_ERROR(StartPrefetch());
+      // Backward writes the gradients the last step's pushes are sent from.
+      return CollectPushes();
     };
     // Sent, not awaited: the clock follows them on every connection, and
     // its acknowledgements come after theirs (a shard answers a connection
@@ -165,11 +216,13 @@ class DenseTrainer {
     const double waited_before = reporter_.waited();
     Result<float> loss =
         model_.Step(batch_x_.data(), batch_y_.data(), n, hooks);
-    // These weights are this step's; the next needs new ones.
-    DropPulls();
+    // These weights are this step's; the next needs new ones (unless they
+    // were prefetched).
+    if (pulled_at_ <= client_.clock()) DropPulls();
     if (!loss.ok()) return loss.status();
     SlowDown(o_.slowdown, SecondsSince(compute_start) -
                               (reporter_.waited() - waited_before));
+    if (pipelined_ && o_.slowdown > 1) TETHER_RETURN_IF_ERROR(StartPrefetch());
     for (size_t layer : held) PushLayer(layer);
     step_samples_ = n;
     step_loss_ = *loss;
@@ -178,6 +231,7 @@ class DenseTrainer {
 
   // Sends layer `layer`'s gradients (weight and bias), not awaited.
   void PushLayer(size_t layer) {
+    pushed_at_ = client_.clock();
     for (size_t i : {2 * layer, 2 * layer + 1}) {
       pushes_.push_back(StartOne([&](auto done) {
         client_.PushAsync(model_.specs()[i].name, model_.grads()[i], done);
@@ -188,10 +242,7 @@ class DenseTrainer {
   // After the batch's clock: its pushes' outcome (a refused one is
   // counted and dropped), then count it, report and evaluate when due.
   Status AfterClock(int epoch) {
-    Status pushed = WaitForAll(std::move(pushes_));
-    pushes_.clear();
-    TETHER_RETURN_IF_ERROR(
-        ToleratingRefused(pushed, client_, &rejected_pushes_));
+    if (!pipelined_) TETHER_RETURN_IF_ERROR(CollectPushes());
     if (step_samples_ > 0) reporter_.AddStep(step_samples_, step_loss_);
     step_samples_ = 0;  // counted once, though a lost shard repeats this
     if (reporter_.EvalDue() && test_ != nullptr) {
@@ -210,6 +261,21 @@ class DenseTrainer {
     return Status::Ok();
   }
 
+  // Waits for the pushes sent and forgets them; their outcome (a refused
+  // one is counted and dropped). Pipelined, the last step's pushes to a
+  // shard lost since are lost with it: that step is not repeated.
+  Status CollectPushes() {
+    Status pushed = WaitForAll(std::move(pushes_));
+    pushes_.clear();
+    if (pipelined_ && pushed.code() == Code::kUnavailable &&
+        pushed_at_ < client_.clock()) {
+      TETHER_LOG(kWarning) << "pushes of clock " << pushed_at_
+                           << " lost with their shard: " << pushed.message();
+      return Status::Ok();
+    }
+    return ToleratingRefused(pushed, client_, &rejected_pushes_);
+  }
+
   const TrainerOptions& o_;
   Client& client_;
   DenseModel& model_;
@@ -217,14 +283,20 @@ class DenseTrainer {
   const DenseDataset* test_;
   Reporter reporter_;
   uint64_t rejected_pushes_ = 0;
-  // The batch's pushes, sent before its clock and collected after it.
+  // The batch's pushes, sent before its clock and collected after it (or,
+  // pipelined, before the next batch's backward), sent at clock pushed_at_.
   std::vector<std::future<Status>> pushes_;
+  int64_t pushed_at_ = -1;
+  bool pipelined_ = false;
   // Pulls into the model's weights (one per spec; an awaited one is no
   // longer valid), read at clock pulled_at_; -1 when the weights hold no
   // pull for the next step.
   std::vector<std::future<Status>> pulls_;
   int64_t pulled_at_ = -1;
   bool prefetched_ = false;
+  // Whether pulls_ fill spare_ (StartPrefetch) rather than the weights.
+  bool into_spare_ = false;
+  std::vector<std::vector<float>> spare_;
   std::vector<float> batch_x_;
   std::vector<int32_t> batch_y_;
   // The batch Step computed, counted by AfterClock once it is clocked.

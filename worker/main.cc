@@ -44,6 +44,12 @@ int main(int argc, char** argv) {
   p.AddInt("chunk-rows", &o.chunk_rows,
            "ask shard 0 for chunks of N rows of each epoch instead of a fixed "
            "share (a faster worker trains on more); 0: fixed share");
+  p.AddBool("overlap-steps", &o.overlap_steps,
+            "with --staleness other than 0: prefetch a step's weights while "
+            "the step before runs backward, and compute while its pushes "
+            "and clock travel (its weights then lack this worker's own last "
+            "push: faster steps, a little less accuracy per epoch); off: "
+            "every step reads its own writes");
   p.AddBool("evaluate-only", &o.evaluate_only,
             "pull the weights as an observer, print test accuracy, exit");
   p.AddBool("compute-only", &o.compute_only,

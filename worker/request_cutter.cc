@@ -68,7 +68,8 @@ Result<std::vector<KeyPart>> CutKeys(const Slicer& slicer, uint32_t table,
 }
 
 OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
-                         const std::vector<uint32_t>& blocks, bool bf16) {
+                         const std::vector<uint32_t>& blocks, bool bf16,
+                         int64_t for_clock) {
   flatbuffers::FlatBufferBuilder fbb(64 + blocks.size() * 4);
   auto blocks_offset = fbb.CreateVector(blocks);
   wire::PullBuilder pb(fbb);
@@ -76,6 +77,7 @@ OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
   pb.add_tensor(tensor);
   pb.add_blocks(blocks_offset);
   pb.add_bf16(bf16);
+  pb.add_clock(for_clock);
   return FinishFrame(fbb, pb.Finish());
 }
 

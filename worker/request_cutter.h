@@ -52,10 +52,11 @@ Result<std::vector<KeyPart>> CutKeys(const Slicer& slicer, uint32_t table,
                                      size_t chunk_bytes);
 
 // Request `request`: the values of `blocks` of dense tensor `tensor`, as
-// bfloat16 with `bf16`.
+// bfloat16 with `bf16`; for clock `for_clock` (a prefetch, see
+// Client::PrefetchAsync), or -1 for the worker's clock now.
 OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
-                         const std::vector<uint32_t>& blocks,
-                         bool bf16 = false);
+                         const std::vector<uint32_t>& blocks, bool bf16 = false,
+                         int64_t for_clock = -1);
 
 // Request `request`: `values` (the whole tensor, `block_size` floats a
 // block, the last one shorter) of `blocks`, as a gradient or, with

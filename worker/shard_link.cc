@@ -91,6 +91,7 @@ Result<WelcomeInfo> ParseWelcome(const wire::Message* m, const Status& error,
   info.heartbeat_ms = w->config()->heartbeat_ms();
   info.silence_ms = w->config()->worker_timeout_ms();
   info.resume_round = w->config()->resume_round();
+  info.record = w->config()->record();
   if (w->shard_map() && w->shard_map()->shards()) {
     for (const wire::ShardInfo* s : *w->shard_map()->shards()) {
       info.shard_addresses.push_back(s->address() ? s->address()->str() : "");

@@ -52,6 +52,7 @@ struct WelcomeInfo {
   int heartbeat_ms = 0;
   int silence_ms = 0;         // the run's --worker-timeout-ms
   int64_t resume_round = -1;  // the round the run resumed from; -1 none
+  bool record = false;        // the run records its order (--record)
   std::vector<std::string> shard_addresses;
 };
 

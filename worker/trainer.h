@@ -37,6 +37,12 @@ struct TrainerOptions {
   // --chunk-rows: ask shard 0 for chunks of this many rows instead of
   // training on a fixed share, so a faster worker trains on more; 0: share.
   int chunk_rows = 0;
+  // --overlap-steps: with a bound s != 0, a step's weights are prefetched
+  // while the step before runs backward, and it computes while that step's
+  // pushes and clock travel; its weights then lack this worker's own last
+  // push (the bound allows that, but it costs accuracy). Off: each step
+  // reads its own writes.
+  bool overlap_steps = false;
   bool evaluate_only = false;  // --evaluate-only: as an observer
   // --compare-device: as an observer, the run's weights through --device
   // and through the CPU backend (one batch's loss and gradients, the test

@@ -30,6 +30,14 @@ Status CheckOptions(const LoopOptions& o) {
 // `rows` before `first` are done.
 using Position = std::function<void(uint64_t first)>;
 
+// The outcome of the clock Client::ClockPipelined left in flight. One lost
+// with its shard is not sent again: once back, the shard has this worker's
+// clock from its Hello (LoopOptions::pipelined_clock).
+Status AwaitPipelinedClock(Client& client) {
+  Status last = client.AwaitClock();
+  return last.code() == Code::kUnavailable ? Status::Ok() : last;
+}
+
 // Runs `rows` batch by batch; `skip` counts down the batches a resumed run
 // already covered.
 Status RunBatches(Client& client, const LoopOptions& o,
@@ -53,9 +61,11 @@ Status RunBatches(Client& client, const LoopOptions& o,
     const bool more = first + batch < rows.size();
     TETHER_RETURN_IF_ERROR(RunBatch(
         client, [&] { return step(part, epoch); }, after, finish,
-        more ? o.clock_sent : nullptr));
+        more ? o.clock_sent : nullptr, o.pipelined_clock));
   }
-  return Status::Ok();
+  // The last batch's clock: what follows (asking for data, idling) starts
+  // from it.
+  return AwaitPipelinedClock(client);
 }
 
 // Keeps this worker's clock moving while it has nothing to train (it sits
@@ -196,11 +206,17 @@ std::vector<uint32_t> WorkerShare(size_t rows, int rank, int workers,
 
 Status RunBatch(Client& client, const std::function<Status()>& step,
                 const std::function<Status()>& after_clock, bool finish,
-                const ClockSent& clock_sent) {
+                const ClockSent& clock_sent, bool pipelined_clock) {
   TETHER_RETURN_IF_ERROR(SurvivingLostShards(
       client,
       [&]() -> Status {
         TETHER_RETURN_IF_ERROR(step());
+        if (pipelined_clock) {
+          TETHER_RETURN_IF_ERROR(AwaitPipelinedClock(client));
+          TETHER_RETURN_IF_ERROR(client.ClockPipelined());
+          if (clock_sent) clock_sent();
+          return Status::Ok();
+        }
         if (!clock_sent) return client.Clock();
         std::promise<Status> clocked;
         client.ClockAsync(
@@ -218,10 +234,12 @@ Status RunTrainingLoop(Client& client, const LoopOptions& options,
                        const BatchStep& step, const AfterClock& after_clock) {
   TETHER_RETURN_IF_ERROR(CheckOptions(options));
   if (!step) return InvalidArgument("RunTrainingLoop: no step given");
-  return EndOfTraining(client,
-                       options.chunk_rows > 0
-                           ? TrainChunks(client, options, step, after_clock)
-                           : TrainShare(client, options, step, after_clock));
+  Status trained = options.chunk_rows > 0
+                       ? TrainChunks(client, options, step, after_clock)
+                       : TrainShare(client, options, step, after_clock);
+  // The last clock, when it was pipelined.
+  Status clocked = AwaitPipelinedClock(client);
+  return EndOfTraining(client, trained.ok() ? clocked : trained);
 }
 
 }  // namespace tether

@@ -102,10 +102,12 @@ using ClockSent = std::function<void()>;
 // (SurvivingLostShards); then after_clock (may be empty), repeated alone
 // after a lost shard. Returns the first error, or kCancelled once the run
 // was stopped (pass it to EndOfTraining). With `finish`, a stopped run
-// does not end it (see SurvivingLostShards).
+// does not end it (see SurvivingLostShards). With `pipelined_clock` the
+// clock is sent with Client::ClockPipelined (see LoopOptions).
 Status RunBatch(Client& client, const std::function<Status()>& step,
                 const std::function<Status()>& after_clock = nullptr,
-                bool finish = false, const ClockSent& clock_sent = nullptr);
+                bool finish = false, const ClockSent& clock_sent = nullptr,
+                bool pipelined_clock = false);
 
 struct LoopOptions {
   uint64_t rows = 0;  // training-set rows, indices 0..rows-1 (< 2^32)
@@ -127,6 +129,14 @@ struct LoopOptions {
   // batch follows at once (not after the last batch of a share or chunk);
   // may be empty.
   ClockSent clock_sent;
+  // For a bound s != 0: a batch's clock is sent without waiting for its
+  // acknowledgements (Client::ClockPipelined), so the next batch computes
+  // while it travels; they are waited for before the clock after it. A
+  // clock lost with its shard is not sent again (the shard has this
+  // worker's clock from its Hello once it is back), and what that batch
+  // pushed to the lost shard may be lost with it (a shard restarted from a
+  // checkpoint loses more).
+  bool pipelined_clock = false;
 };
 
 // Trains `client`'s share of every epoch: calls step(rows, epoch) for each

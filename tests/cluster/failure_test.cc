@@ -18,6 +18,7 @@ using std::chrono::milliseconds;
 
 class Failure : public ::testing::Test {
  protected:
+  void KillAndResumeShard(bool overlap);
   void StartCluster(int workers, std::vector<std::string> flags,
                     int reject_staleness = -1) {
     ClusterOptions o;
@@ -301,9 +302,13 @@ TEST_F(Failure, RestartedWorkerRejoinsAndEveryRowIsUsedOnce) {
   EXPECT_GT(FinalAccuracy(), 70);
 }
 
-TEST_F(Failure, KilledShardRestartedWithResumeAndTheRunFinishes) {
+// A shard killed and restarted with --resume; every worker reconnects and
+// the run finishes. `overlap`: workers with --overlap-steps, whose clock and
+// prefetch are in flight when the shard dies.
+void Failure::KillAndResumeShard(bool overlap) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(2, {"--checkpoint-every", "40"}));
-  ASSERT_NO_FATAL_FAILURE(StartTraining(2, 4));
+  ASSERT_NO_FATAL_FAILURE(StartTraining(
+      2, 4, {std::string("--overlap-steps=") + (overlap ? "true" : "false")}));
   ASSERT_TRUE(cluster_->shard(0)
                   .WaitForLine("checkpoint round 80 complete", 60000)
                   .ok());
@@ -331,6 +336,14 @@ TEST_F(Failure, KilledShardRestartedWithResumeAndTheRunFinishes) {
   EXPECT_GT(FinalAccuracy(), 70);
   (*again)->Signal(SIGTERM);
   EXPECT_TRUE((*again)->Wait(5000).ok());
+}
+
+TEST_F(Failure, KilledShardRestartedWithResumeAndTheRunFinishes) {
+  KillAndResumeShard(/*overlap=*/false);
+}
+
+TEST_F(Failure, KilledShardRestartedWithResumeAndOverlappingWorkersFinish) {
+  KillAndResumeShard(/*overlap=*/true);
 }
 
 }  // namespace

@@ -4,12 +4,26 @@
 
 #include <filesystem>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "tests/support/cluster.h"
+#include "tests/support/raw_peer.h"
 #include "tests/support/worker_pool.h"
+#include "worker/request_cutter.h"
+#include "worker/shard_link.h"
 
 namespace tether::testing {
 namespace {
+
+ClusterOptions TwoShardsTwoWorkers() {
+  ClusterOptions o;
+  o.shards = 2;
+  o.workers = 2;
+  o.block_size = 16;
+  o.lr = 1.0f;
+  return o;
+}
 
 class Staleness : public ::testing::Test {
  protected:
@@ -27,45 +41,132 @@ class Staleness : public ::testing::Test {
     return total;
   }
 
+  // Two workers of bound 2 with tensor "w" (100 floats): `slow` at clock
+  // k = 1 and `fast` at k + 2, where a pull is still within the bound
+  // (checked).
+  void StartFastAndSlow(std::vector<std::unique_ptr<Client>>* w) {
+    ASSERT_NO_FATAL_FAILURE(StartCluster(TwoShardsTwoWorkers()));
+    *w = ConnectWorkers(cluster_->coordinator(), {2, 2});
+    ASSERT_EQ(w->size(), 2u);
+    Client& fast = *(*w)[0];
+    Client& slow = *(*w)[1];
+    ASSERT_EQ(fast.staleness(), 2);
+    for (auto* c : {&fast, &slow}) {
+      ASSERT_TRUE(c->DefineTensor("w", {100}).ok());
+    }
+    ASSERT_TRUE(slow.Clock().ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(fast.Clock().ok());
+    std::vector<float> values(100);
+    auto within = Async([&](auto cb) { fast.PullAsync("w", values, cb); });
+    ASSERT_TRUE(Ready(within, 5000)) << "pull at k + 2 waited";
+    EXPECT_TRUE(within.get().ok());
+  }
+  // `held` (a fast worker's request for k + 3) waits for the slow worker,
+  // and is answered once `slow` reaches k + 1.
+  void ExpectHeldUntilSlowClocks(Client& slow, std::future<Status> held,
+                                 const std::string& what) {
+    EXPECT_FALSE(Ready(held, 500)) << what << " answered early";
+    EXPECT_GE(Sum(&ShardStats::waiting_pulls), 1u);
+    ASSERT_TRUE(slow.Clock().ok());
+    ASSERT_TRUE(Ready(held, 5000)) << what << " not released by the slow clock";
+    EXPECT_TRUE(held.get().ok());
+    EXPECT_EQ(Sum(&ShardStats::waiting_pulls), 0u);
+  }
+
   TempDir dir_;
   std::unique_ptr<Cluster> cluster_;
 };
 
-ClusterOptions TwoShardsTwoWorkers() {
-  ClusterOptions o;
-  o.shards = 2;
-  o.workers = 2;
-  o.block_size = 16;
-  o.lr = 1.0f;
-  return o;
+TEST_F(Staleness, PullWaitsForSlowestLiveWorker) {
+  std::vector<float> values(100);  // outlives the clients
+  std::vector<std::unique_ptr<Client>> w;
+  ASSERT_NO_FATAL_FAILURE(StartFastAndSlow(&w));
+  ASSERT_TRUE(w[0]->Clock().ok());  // fast at k + 3: must wait
+  ASSERT_NO_FATAL_FAILURE(ExpectHeldUntilSlowClocks(
+      *w[1], Async([&](auto cb) { w[0]->PullAsync("w", values, cb); }),
+      "pull at k + 3"));
 }
 
-TEST_F(Staleness, PullWaitsForSlowestLiveWorker) {
+// A prefetch (the values for the next clock, sent while the worker is still
+// at this one) is held as a pull at the next clock: the bound is exact.
+TEST_F(Staleness, PrefetchIsHeldAsAPullAtTheNextClock) {
+  std::vector<float> values(100);  // outlives the clients
+  std::vector<std::unique_ptr<Client>> w;
+  ASSERT_NO_FATAL_FAILURE(StartFastAndSlow(&w));
+  // fast still at k + 2: its prefetch is for k + 3.
+  ASSERT_NO_FATAL_FAILURE(ExpectHeldUntilSlowClocks(
+      *w[1], Async([&](auto cb) { w[0]->PrefetchAsync("w", values, cb); }),
+      "prefetch for k + 3"));
+}
+
+// Under BSP a prefetch sent before this worker's own pushes and clock is
+// answered after them, with every push of the round; the pushes made from
+// it are read at the new clock (staleness 0).
+TEST_F(Staleness, PrefetchUnderLockStepSeesTheWholeRound) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(TwoShardsTwoWorkers()));
-  auto w = ConnectWorkers(cluster_->coordinator(), {2, 2});
+  auto w = ConnectWorkers(cluster_->coordinator(), {0, 0});
   ASSERT_EQ(w.size(), 2u);
-  Client& fast = *w[0];
-  Client& slow = *w[1];
-  ASSERT_EQ(fast.staleness(), 2);
-  for (auto* c : {&fast, &slow}) ASSERT_TRUE(c->DefineTensor("w", {100}).ok());
-  std::vector<float> values(100);
+  for (auto& c : w) ASSERT_TRUE(c->DefineTensor("w", {40}).ok());
+  std::vector<float> values(40), g0(40, -1.0f), g1(40, -2.0f);
+  for (int round = 1; round <= 3; ++round) {
+    auto prefetch =
+        Async([&](auto cb) { w[0]->PrefetchAsync("w", values, cb); });
+    ASSERT_TRUE(w[0]->Push("w", g0).ok());
+    ASSERT_TRUE(w[1]->Push("w", g1).ok());
+    ASSERT_TRUE(w[1]->Clock().ok());
+    EXPECT_FALSE(Ready(prefetch, 300)) << "round " << round;
+    ASSERT_TRUE(w[0]->Clock().ok());
+    ASSERT_TRUE(Ready(prefetch, 5000)) << "round " << round;
+    ASSERT_TRUE(prefetch.get().ok());
+    for (float v : values) ASSERT_EQ(v, 3.0f * round) << "round " << round;
+    ASSERT_TRUE(w[1]->Pull("w", values).ok());
+  }
+  EXPECT_EQ(w[0]->max_push_staleness(), 0);
+}
 
-  ASSERT_TRUE(slow.Clock().ok());  // slow holds back at k = 1
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(fast.Clock().ok());
-  ASSERT_TRUE(fast.Clock().ok());  // fast at k + 2: within the bound
-  auto within = Async([&](auto cb) { fast.PullAsync("w", values, cb); });
-  ASSERT_TRUE(Ready(within, 5000)) << "pull at k + 2 waited";
-  EXPECT_TRUE(within.get().ok());
-
-  ASSERT_TRUE(fast.Clock().ok());  // fast at k + 3: must wait
-  auto beyond = Async([&](auto cb) { fast.PullAsync("w", values, cb); });
-  EXPECT_FALSE(Ready(beyond, 500)) << "pull at k + 3 was answered early";
-  EXPECT_GE(Sum(&ShardStats::waiting_pulls), 1u);
-
-  ASSERT_TRUE(slow.Clock().ok());  // slow reaches k + 1
-  ASSERT_TRUE(Ready(beyond, 5000)) << "pull not released by the slow clock";
-  EXPECT_TRUE(beyond.get().ok());
-  EXPECT_EQ(Sum(&ShardStats::waiting_pulls), 0u);
+// A prefetch is for the next clock only: a pull for a clock further ahead
+// (which the bound could hold for the rest of the run) is refused with the
+// clocks named, and the connection goes on serving.
+TEST_F(Staleness, PullForAClockBeyondTheNextIsRefused) {
+  ClusterOptions o;
+  o.shards = 1;
+  o.workers = 1;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  auto peer = RawPeer::Connect(cluster_->coordinator());
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  flatbuffers::FlatBufferBuilder fbb(256);
+  auto name = fbb.CreateString("raw worker");
+  ASSERT_FALSE((*peer)->Send(Bytes(*FinishFrame(
+      fbb, wire::CreateHello(fbb, kProtocolVersion, wire::Role::Worker, 0, 1,
+                             -1, 0, 0, name)))));
+  auto welcome = (*peer)->ReadFrame(kReplyTimeoutMs);
+  ASSERT_TRUE(welcome.ok()) << welcome.status().ToString();
+  ASSERT_NE(welcome->message()->body_as_Welcome(), nullptr);
+  ASSERT_FALSE((*peer)->Send(
+      Bytes(*client_internal::DefineFrame(5, "w", false, {8}, 0, {}))));
+  auto defined = (*peer)->ReadFrame(kReplyTimeoutMs);
+  ASSERT_TRUE(defined.ok()) << defined.status().ToString();
+  const wire::DefineAck* ack = defined->message()->body_as_DefineAck();
+  ASSERT_NE(ack, nullptr);
+  // Block 0 of the tensor; the worker is at clock 0.
+  auto pull = [&](int64_t clock) -> Result<Frame> {
+    if ((*peer)->Send(Bytes(*client_internal::PullBlocksFrame(7, ack->id(), {0},
+                                                              false, clock)))) {
+      return Unavailable("send failed");
+    }
+    return (*peer)->ReadFrame(kReplyTimeoutMs);
+  };
+  auto beyond = pull(2);
+  ASSERT_TRUE(beyond.ok()) << beyond.status().ToString();
+  const wire::Error* error = beyond->message()->body_as_Error();
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ(error->code(), wire::ErrorCode::BadRequest);
+  EXPECT_TRUE(Contains(error->message()->str(),
+                       "pull for clock 2 from a worker at clock 0"));
+  auto next = pull(1);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_NE(next->message()->body_as_PullReply(), nullptr)
+      << wire::EnumNameBody(next->message()->body_type());
 }
 
 TEST_F(Staleness, ZeroIsLockStep) {
@@ -249,14 +350,19 @@ TEST_F(Staleness, WorkerReportsReachShardZeroStats) {
 // tether-worker overlaps the wire with its compute: the next batch's pulls
 // go right behind each clock, every layer's gradients leave as soon as
 // backward has them, and forward starts on a layer once its weights are
-// in. The bound stays exact: a pull sent behind the clock is read at the
-// new clock, so under bound s no push is staler than s + 1 (the fastest
-// worker at most s + 1 clocks past the slowest one's read), as with
-// nothing overlapped. A pull sent before its clock would allow s + 2.
-// Three workers, one slowed 4x, MLP on Fashion-MNIST, for s = 0, 1, 3.
+// in; with --overlap-steps (s >= 1) the next batch's weights are
+// prefetched once forward is done and the next batch computes while this
+// one's clock travels. The bound stays exact: a pull behind the clock, and
+// a prefetch, are held and read as pulls at the new clock, so under bound
+// s no push is staler than s + 1 (the fastest worker at most s + 1 clocks
+// past the slowest one's read), as with nothing overlapped. A pull read at
+// the clock it was sent at would allow s + 2. Three workers, one slowed
+// 4x, MLP on Fashion-MNIST, for s = 0, 1, 3, and 1, 3 with --overlap-steps.
 TEST_F(Staleness, OverlappingWorkersPushNoStalerThanTheBound) {
-  for (int s : {0, 1, 3}) {
-    SCOPED_TRACE("s = " + std::to_string(s));
+  for (auto [s, overlap_steps] : std::vector<std::pair<int, bool>>{
+           {0, false}, {1, false}, {3, false}, {1, true}, {3, true}}) {
+    SCOPED_TRACE("s = " + std::to_string(s) +
+                 (overlap_steps ? ", --overlap-steps" : ""));
     ClusterOptions o;
     o.shards = 2;
     o.workers = 3;
@@ -266,12 +372,23 @@ TEST_F(Staleness, OverlappingWorkersPushNoStalerThanTheBound) {
     o.block_size = 4096;
     cluster_.reset();
     ASSERT_NO_FATAL_FAILURE(StartCluster(o));
-    const std::string dir = dir_.path() + "/s" + std::to_string(s);
+    const std::string dir = dir_.path() + "/s" + std::to_string(s) +
+                            (overlap_steps ? "-overlap" : "");
     std::filesystem::create_directories(dir);
     const std::vector<std::string> flags = {
-        "--model",      "mlp", "--hidden",    "64",
-        "--epochs",     "1",   "--batch",     "100",
-        "--eval-every", "0",   "--staleness", std::to_string(s)};
+        "--model",
+        "mlp",
+        "--hidden",
+        "64",
+        "--epochs",
+        "1",
+        "--batch",
+        "100",
+        "--eval-every",
+        "0",
+        "--staleness",
+        std::to_string(s),
+        std::string("--overlap-steps=") + (overlap_steps ? "true" : "false")};
     auto workers = StartWorkers(cluster_->coordinator(), 2, dir, flags);
     std::vector<std::string> slow = {TETHER_WORKER_BIN,
                                      "--coordinator",
