@@ -137,10 +137,7 @@ void Connection::FailRead(const Status& why) {
   queued_bytes_ = queue_.empty() ? 0 : queue_.front()->size();
   queue_.push_back(MakeErrorFrame(0, why));
   queued_bytes_ += queue_.back()->size();
-  {
-    MutexLock lock(&write_mu_);
-    ++handed_;
-  }
+  HandToStrand();
   close_after_write_ = true;
   if (!writing_) DoWrite();
   // Report the failure now; the Error still goes out before the close.
@@ -160,14 +157,16 @@ void Connection::Send(OutFrame frame) {
 }
 
 void Connection::SendAndClose(OutFrame frame) {
-  {
-    MutexLock lock(&write_mu_);
-    ++handed_;
-  }
+  HandToStrand();
   asio::dispatch(
       strand_, [self = shared_from_this(), frame = std::move(frame)]() mutable {
         self->Enqueue(std::move(frame), true);
       });
+}
+
+void Connection::HandToStrand() {
+  MutexLock lock(&write_mu_);
+  ++handed_;
 }
 
 bool Connection::WriteNow(OutFrame& frame) {

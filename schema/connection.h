@@ -98,6 +98,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // else waiting) and returns true once the socket took it, or the rest of
   // it is handed to the strand; false: the caller hands it to the strand.
   bool WriteNow(OutFrame& frame) TETHER_EXCLUDES(write_mu_);
+  // Counts one more frame handed to the strand (see handed_).
+  void HandToStrand() TETHER_EXCLUDES(write_mu_);
   // On the strand: queues `frame` (after the rest of a direct write).
   void Enqueue(OutFrame frame, bool close_after);
   void AdoptPartial() TETHER_EXCLUDES(write_mu_);

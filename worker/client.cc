@@ -284,34 +284,32 @@ void Client::PrefetchAsync(const std::string& name, std::span<float> out,
 
 void Client::Impl::Pull(const std::string& name, std::span<float> out,
                         int64_t for_clock, Callback done) {
-  Impl& c = *this;
-  auto meta = c.Lookup(name, false);
+  auto meta = Lookup(name, false);
   if (!meta.ok()) return done(meta.status());
   if (out.size() != meta->size) {
     return done(InvalidArgument(
         "pull of '" + name + "': buffer holds " + std::to_string(out.size()) +
         " floats, the tensor " + std::to_string(meta->size)));
   }
-  const uint32_t bs = c.welcome.block_size;
-  auto parts = CutBlocks(c.options.slicer, meta->id, meta->size, bs,
-                         c.welcome.num_shards, c.options.chunk_bytes);
+  const uint32_t bs = welcome.block_size;
+  auto parts = CutBlocks(options.slicer, meta->id, meta->size, bs,
+                         welcome.num_shards, options.chunk_bytes);
   if (!parts.ok()) return done(parts.status());
-  if (for_clock < 0) c.read_clock = c.clock.load();
+  if (for_clock < 0) read_clock = clock.load();
   auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
   for (auto& [shard, blocks] : *parts) {
-    uint64_t request = c.links.NextId();
-    c.links.Send(
-        shard, request,
-        PullBlocksFrame(request, meta->id, blocks, c.bf16(), for_clock),
-        [fanout, out, bs](const wire::Message* m, const Status& e) {
-          if (m == nullptr) return fanout->Finish(e);
-          const wire::PullReply* reply = m->body_as_PullReply();
-          if (reply == nullptr) {
-            return fanout->Finish(
-                ProtocolError("pull answered without blocks"));
-          }
-          fanout->Finish(CopyPulledBlocks(*reply, bs, out));
-        });
+    uint64_t request = links.NextId();
+    links.Send(shard, request,
+               PullBlocksFrame(request, meta->id, blocks, bf16(), for_clock),
+               [fanout, out, bs](const wire::Message* m, const Status& e) {
+                 if (m == nullptr) return fanout->Finish(e);
+                 const wire::PullReply* reply = m->body_as_PullReply();
+                 if (reply == nullptr) {
+                   return fanout->Finish(
+                       ProtocolError("pull answered without blocks"));
+                 }
+                 fanout->Finish(CopyPulledBlocks(*reply, bs, out));
+               });
   }
 }
 

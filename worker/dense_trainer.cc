@@ -5,9 +5,9 @@
 #include <future>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
-#include "schema/log.h"
 #include "worker/reporter.h"
 #include "worker/train_step.h"
 #include "worker/training_loop.h"
@@ -177,7 +177,7 @@ class DenseTrainer {
     // A step repeated after a lost shard: the last attempt's pushes may
     // still read the gradients from their buffers; their outcome no longer
     // matters. (The last step's, still on their way when pipelined, are
-    // collected before backward.)
+    // set aside before backward.)
     if (!pipelined_ || pushed_at_ == client_.clock()) {
       (void)WaitForAll(std::move(pushes_));
       pushes_.clear();
@@ -199,8 +199,7 @@ class DenseTrainer {
       // A slowed worker prefetches after its sleep: weights read before it
       // would miss what the others pushed meanwhile.
       if (o_.slowdown <= 1) TETHER_RETURN_IF_ERROR(StartPrefetch());
-      // Backward writes the gradients the last step's pushes are sent from.
-      return CollectPushes();
+      return SetAsideLastPushes();
     };
     // Sent, not awaited: the clock follows them on every connection, and
     // its acknowledgements come after theirs (a shard answers a connection
@@ -261,17 +260,40 @@ class DenseTrainer {
     return Status::Ok();
   }
 
-  // Waits for the pushes sent and forgets them; their outcome (a refused
-  // one is counted and dropped). Pipelined, the last step's pushes to a
-  // shard lost since are lost with it: that step is not repeated.
-  Status CollectPushes() {
-    Status pushed = WaitForAll(std::move(pushes_));
+  // Pipelined, before backward writes the gradients the last step's
+  // pushes are still sent from: those buffers are swapped for the ones of
+  // the step before it, whose pushes are collected first (long answered:
+  // the clock after them was). So a step waits for no push of the last.
+  Status SetAsideLastPushes() {
+    TETHER_RETURN_IF_ERROR(CollectPushes(older_pushes_, older_at_));
+    older_pushes_ = std::move(pushes_);
     pushes_.clear();
-    if (pipelined_ && pushed.code() == Code::kUnavailable &&
-        pushed_at_ < client_.clock()) {
-      TETHER_LOG(kWarning) << "pushes of clock " << pushed_at_
-                           << " lost with their shard: " << pushed.message();
-      return Status::Ok();
+    older_at_ = pushed_at_;
+    auto& grads = model_.grads();
+    older_grads_.resize(grads.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      older_grads_[i].resize(grads[i].size());
+      std::swap(grads[i], older_grads_[i]);
+    }
+    return Status::Ok();
+  }
+
+  // Waits for every push sent and forgets them; the first error.
+  Status CollectPushes() {
+    Status older = CollectPushes(older_pushes_, older_at_);
+    Status last = CollectPushes(pushes_, pushed_at_);
+    return older.ok() ? last : older;
+  }
+
+  // Waits for `pushes`, sent at clock `at`, and forgets them; their outcome
+  // (a refused one is counted and dropped). Pipelined, pushes of an earlier
+  // step to a shard lost since are lost with it: that step is not repeated.
+  Status CollectPushes(std::vector<std::future<Status>>& pushes, int64_t at) {
+    Status pushed = WaitForAll(std::move(pushes));
+    pushes.clear();
+    if (pipelined_ && at < client_.clock()) {
+      pushed =
+          LostWithItsShard(pushed, "a push of clock " + std::to_string(at));
     }
     return ToleratingRefused(pushed, client_, &rejected_pushes_);
   }
@@ -284,9 +306,14 @@ class DenseTrainer {
   Reporter reporter_;
   uint64_t rejected_pushes_ = 0;
   // The batch's pushes, sent before its clock and collected after it (or,
-  // pipelined, before the next batch's backward), sent at clock pushed_at_.
+  // pipelined, a batch later: SetAsideLastPushes), sent at clock pushed_at_.
   std::vector<std::future<Status>> pushes_;
   int64_t pushed_at_ = -1;
+  // Pipelined: the step before's pushes, sent at clock older_at_ from
+  // older_grads_ (the model's gradient buffers of that step).
+  std::vector<std::future<Status>> older_pushes_;
+  int64_t older_at_ = -1;
+  std::vector<std::vector<float>> older_grads_;
   bool pipelined_ = false;
   // Pulls into the model's weights (one per spec; an awaited one is no
   // longer valid), read at clock pulled_at_; -1 when the weights hold no

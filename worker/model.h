@@ -37,6 +37,9 @@ class DenseModel {
   const std::vector<ParamSpec>& specs() const { return specs_; }
   // One buffer per spec, in the same order and of its size.
   std::vector<std::vector<float>>& weights() { return weights_; }
+  // Written by each Step; a buffer may be swapped for another of the same
+  // size (a trainer still sending the last step's gradients from it).
+  std::vector<std::vector<float>>& grads() { return grads_; }
   const std::vector<std::vector<float>>& grads() const { return grads_; }
 
   // Forward and backward on `batch` rows of x (batch * features floats)

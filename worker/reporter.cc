@@ -85,7 +85,7 @@ void Reporter::Print(int epoch, bool final) {
   // On a terminal the line rewrites itself; in a log each report is a line.
   const bool tty = isatty(STDOUT_FILENO);
   if (final) {
-    std::printf("%s%s (done in %.1f s)\n", tty ? "\r" : "", line,
+    std::printf("%s%s (done in %.2f s)\n", tty ? "\r" : "", line,
                 SecondsSince(start_));
   } else {
     std::printf("%s%s%s", tty ? "\r" : "", line, tty ? "   " : "\n");

@@ -34,8 +34,7 @@ using Position = std::function<void(uint64_t first)>;
 // with its shard is not sent again: once back, the shard has this worker's
 // clock from its Hello (LoopOptions::pipelined_clock).
 Status AwaitPipelinedClock(Client& client) {
-  Status last = client.AwaitClock();
-  return last.code() == Code::kUnavailable ? Status::Ok() : last;
+  return LostWithItsShard(client.AwaitClock(), "a clock");
 }
 
 // Runs `rows` batch by batch; `skip` counts down the batches a resumed run
@@ -230,6 +229,12 @@ Status RunBatch(Client& client, const std::function<Status()>& step,
   return SurvivingLostShards(client, after_clock, finish);
 }
 
+Status LostWithItsShard(const Status& s, const std::string& what) {
+  if (s.code() != Code::kUnavailable) return s;
+  TETHER_LOG(kWarning) << what << " lost with its shard: " << s.message();
+  return Status::Ok();
+}
+
 Status RunTrainingLoop(Client& client, const LoopOptions& options,
                        const BatchStep& step, const AfterClock& after_clock) {
   TETHER_RETURN_IF_ERROR(CheckOptions(options));
@@ -237,7 +242,8 @@ Status RunTrainingLoop(Client& client, const LoopOptions& options,
   Status trained = options.chunk_rows > 0
                        ? TrainChunks(client, options, step, after_clock)
                        : TrainShare(client, options, step, after_clock);
-  // The last clock, when it was pipelined.
+  // The last clock, when it was pipelined and training ended early with
+  // an error (RunBatches awaits it after the last batch otherwise).
   Status clocked = AwaitPipelinedClock(client);
   return EndOfTraining(client, trained.ok() ? clocked : trained);
 }

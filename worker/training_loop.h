@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "schema/log.h"
@@ -138,6 +139,12 @@ struct LoopOptions {
   // checkpoint loses more).
   bool pipelined_clock = false;
 };
+
+// Pipelined (LoopOptions::pipelined_clock), the outcome of a request of a
+// batch already clocked (its clock, its pushes): kUnavailable means it went
+// to a shard lost since, and it is lost with it, since that batch is not
+// repeated: logs `what` as lost and returns Ok. Any other status as it is.
+Status LostWithItsShard(const Status& s, const std::string& what);
 
 // Trains `client`'s share of every epoch: calls step(rows, epoch) for each
 // batch, then client.Clock(), then after_clock(epoch) (when given), each

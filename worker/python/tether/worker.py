@@ -468,7 +468,7 @@ class Trainer:
                 f"{c.clocks} loss {loss_text}{acc} {self.rate:.0f} samples/s")
         if final:
             print(f"{chr(13) if self.tty else ''}{line} (done in "
-                  f"{time.monotonic() - self.start:.1f} s)", flush=True)
+                  f"{time.monotonic() - self.start:.2f} s)", flush=True)
         else:
             print(f"{chr(13) if self.tty else ''}{line}",
                   end="   " if self.tty else "\n", flush=True)
