@@ -118,8 +118,8 @@ class DenseTrainer {
 
   // With a bound s != 0, once forward is done: starts pulling the next
   // batch's weights (Client::PrefetchAsync) into spare buffers, so that
-  // they travel while backward still reads this batch's weights; each is
-  // copied into the model's weights when the next step awaits it.
+  // they travel while backward still reads this batch's weights; each
+  // takes the place of the model's buffer when the next step awaits it.
   Status StartPrefetch() {
     // This step's own pulls first, should forward have left one.
     for (size_t i = 0; i < pulls_.size(); ++i) {
@@ -158,12 +158,11 @@ class DenseTrainer {
     if (i >= pulls_.size() || !pulls_[i].valid()) return Status::Ok();
     auto start = Clock::now();
     Status s = pulls_[i].get();
-    std::span<float> weights = model_.weights()[i];
-    if (s.ok() && into_spare_) {
-      std::copy(spare_[i].begin(), spare_[i].end(), weights.begin());
-    }
+    // The prefetched buffer becomes the weights; the old one (the last
+    // step's weights, which its backward has done with) the next spare.
+    if (s.ok() && into_spare_) std::swap(model_.weights()[i], spare_[i]);
     if (!s.ok() && prefetched_) {
-      s = client_.Pull(model_.specs()[i].name, weights);
+      s = client_.Pull(model_.specs()[i].name, model_.weights()[i]);
     }
     reporter_.AddWait(SecondsSince(start));
     return s;
@@ -176,12 +175,13 @@ class DenseTrainer {
   Status Step(std::span<const uint32_t> rows, int epoch) {
     // A step repeated after a lost shard: the last attempt's pushes may
     // still read the gradients from their buffers; their outcome no longer
-    // matters. (The last step's, still on their way when pipelined, are
-    // set aside before backward.)
+    // matters. (Pipelined, the last step's are still on their way: their
+    // gradient buffers are set aside.)
     if (!pipelined_ || pushed_at_ == client_.clock()) {
       (void)WaitForAll(std::move(pushes_));
       pushes_.clear();
     }
+    if (pipelined_) TETHER_RETURN_IF_ERROR(SetAsideLastPushes());
     const int n = static_cast<int>(rows.size());
     GatherRows(train_, rows, batch_x_.data(), batch_y_.data());
     // Weights read at another clock (the worker idled, or was moved ahead)
@@ -198,8 +198,8 @@ class DenseTrainer {
       if (!pipelined_) return Status::Ok();
       // A slowed worker prefetches after its sleep: weights read before it
       // would miss what the others pushed meanwhile.
-      if (o_.slowdown <= 1) TETHER_RETURN_IF_ERROR(StartPrefetch());
-      return SetAsideLastPushes();
+      if (o_.slowdown <= 1) return StartPrefetch();
+      return Status::Ok();
     };
     // Sent, not awaited: the clock follows them on every connection, and
     // its acknowledgements come after theirs (a shard answers a connection
@@ -260,10 +260,10 @@ class DenseTrainer {
     return Status::Ok();
   }
 
-  // Pipelined, before backward writes the gradients the last step's
-  // pushes are still sent from: those buffers are swapped for the ones of
-  // the step before it, whose pushes are collected first (long answered:
-  // the clock after them was). So a step waits for no push of the last.
+  // Pipelined, before a step writes gradients: the buffers the last
+  // step's pushes are still sent from are swapped for the ones of the step
+  // before it, whose pushes are collected first (long answered: the clock
+  // after them was). So a step waits for no push of the last.
   Status SetAsideLastPushes() {
     TETHER_RETURN_IF_ERROR(CollectPushes(older_pushes_, older_at_));
     older_pushes_ = std::move(pushes_);

@@ -35,10 +35,15 @@ class DenseModel {
   virtual ~DenseModel() = default;
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
-  // One buffer per spec, in the same order and of its size.
+  // One buffer per spec, in the same order and of its size. Step reads
+  // the buffers as they are when it reaches each layer (or, on a backend
+  // without layer hooks, when it starts): between steps, or in
+  // StepHooks::weights_needed for that layer, a buffer may be swapped for
+  // another of the same size (one a prefetch filled).
   std::vector<std::vector<float>>& weights() { return weights_; }
-  // Written by each Step; a buffer may be swapped for another of the same
-  // size (a trainer still sending the last step's gradients from it).
+  // Written by each Step; between steps a buffer may be swapped for
+  // another of the same size (a trainer still sending the last step's
+  // gradients from it).
   std::vector<std::vector<float>>& grads() { return grads_; }
   const std::vector<std::vector<float>>& grads() const { return grads_; }
 
