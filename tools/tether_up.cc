@@ -76,6 +76,7 @@ struct UpOptions {
   int slow = 1;           // how many workers (the last ranks) are slowed
   double slowdown = 3.0;  // how much slower they are
   std::string wire_dtype = "f32";  // --wire-dtype, given to every worker
+  bool overlap_steps = false;      // --overlap-steps, to every worker
   int staleness = 3;
   std::string model = "mlp";
   // FILE.py:CLASS: workers are `python3 -m tether.worker` training this
@@ -171,6 +172,10 @@ const std::vector<RunFlag>& RunFlags() {
         {"gpu-workers", false,
          [](auto& o) { return std::to_string(o.gpu_workers); }},
         {"wire-dtype", false, [](auto& o) { return o.wire_dtype; }},
+        {"overlap-steps", false,
+         [](auto& o) {
+           return std::string(o.overlap_steps ? "true" : "false");
+         }},
     };
     out.insert(out.end(), own.begin(), own.end());
     return out;
@@ -420,6 +425,7 @@ Status Launcher::StartWorkers() {
           std::string("--quiet")}) {
       argv.push_back(arg);
     }
+    if (o_.overlap_steps) argv.push_back("--overlap-steps");
     if (slow) {
       argv.push_back("--slowdown");
       argv.push_back(NumberText(o_.slowdown));
@@ -855,6 +861,9 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddString("wire-dtype", &o.wire_dtype,
               "f32, or bf16: workers push gradients and pull weights as "
               "bfloat16 (half the bytes; the shards keep f32)");
+  p.AddBool("overlap-steps", &o.overlap_steps,
+            "workers overlap steps (tether-worker --overlap-steps; with "
+            "--staleness other than 0, built-in models only)");
   p.AddString("log-dir", &o.log_dir, "where logs go (default: a new /tmp dir)");
   p.AddString("data-dir", &o.data_dir,
               "shards keep checkpoints in DIR/shard0, DIR/shard1, ... "
@@ -1080,7 +1089,8 @@ void SaveFlags(const UpOptions& o) {
   std::filesystem::create_directories(o.data_dir, ec);
   std::ofstream out(path + ".tmp", std::ios::trunc);
   for (const RunFlag& f : RunFlags()) {
-    out << "--" << f.name << "\n" << f.text(o) << "\n";
+    // --NAME=VALUE: a boolean flag takes its value only so.
+    out << "--" << f.name << "=" << f.text(o) << "\n";
   }
   out.close();
   if (!out) {
@@ -1195,6 +1205,12 @@ int Main(int argc, char** argv) {
   if (o.wire_dtype != "f32" && o.wire_dtype != "bf16") {
     std::cerr << "tether-up: --wire-dtype " << o.wire_dtype
               << ": f32 or bf16\n";
+    return 2;
+  }
+  if (o.overlap_steps && !o.python_model.empty()) {
+    std::cerr << "tether-up: --overlap-steps is for tether-worker's built-in "
+                 "models; python3 -m tether.worker (--python-model) has no "
+                 "such mode\n";
     return 2;
   }
   if (o.chunk_rows < -1) {

@@ -209,10 +209,8 @@ TEST(WireDtypeRun, Bf16WorkersReachTheTargetAccuracy) {
       << (*up)->Log();
   int asked = 0;
   for (const auto& w : summary.at("workers").as_array()) {
-    const std::string pid = std::to_string(w.at("pid").to_number<int>());
-    const std::string cmdline = read("/proc/" + pid + "/cmdline");
-    asked += cmdline.find(std::string("--wire-dtype\0bf16\0", 18)) !=
-             std::string::npos;
+    asked +=
+        CommandLineHas(w.at("pid").to_number<int>(), {"--wire-dtype", "bf16"});
   }
   EXPECT_EQ(asked, 3) << summary;
   auto code = (*up)->Wait(240000);

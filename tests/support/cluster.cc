@@ -39,6 +39,15 @@ int64_t ProcStatusKib(pid_t pid, const std::string& field) {
   return -1;
 }
 
+bool CommandLineHas(pid_t pid, const std::vector<std::string>& args) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string wanted(1, '\0');  // args start after an argument ends
+  for (const std::string& a : args) wanted += a + '\0';
+  return text.str().find(wanted) != std::string::npos;
+}
+
 Result<int> RunToExit(const std::vector<std::string>& argv, std::string* output,
                       int timeout_ms) {
   char pattern[] = "/tmp/tether-run-XXXXXX";

@@ -95,6 +95,10 @@ bool Eventually(const std::function<bool()>& check, int timeout_ms);
 // A field of /proc/PID/status in KiB ("VmRSS", "VmPeak"), or -1.
 int64_t ProcStatusKib(pid_t pid, const std::string& field);
 
+// Whether process `pid`'s command line holds `args` as consecutive
+// arguments (e.g. {"--wire-dtype", "bf16"}).
+bool CommandLineHas(pid_t pid, const std::vector<std::string>& args);
+
 // Runs `argv` to completion (at most `timeout_ms`); returns its exit code
 // and fills `output` with what it printed.
 Result<int> RunToExit(const std::vector<std::string>& argv, std::string* output,
