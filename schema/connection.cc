@@ -132,10 +132,9 @@ void Connection::FailRead(const Status& why) {
   // Keep a write in flight alive (asio still owns its buffer), and a frame
   // partly written already: its rest must go before the Error.
   AdoptPartial();
-  const size_t keep = writing_ ? writing_frames_ : (front_sent_ > 0 ? 1 : 0);
-  while (queue_.size() > keep) queue_.pop_back();
-  queued_bytes_ = 0;
-  for (const OutFrame& f : queue_) queued_bytes_ += f->size();
+  const bool keep_front = writing_ || front_sent_ > 0;
+  while (queue_.size() > (keep_front ? 1u : 0u)) queue_.pop_back();
+  queued_bytes_ = queue_.empty() ? 0 : queue_.front()->size();
   queue_.push_back(MakeErrorFrame(0, why));
   queued_bytes_ += queue_.back()->size();
   HandToStrand();
@@ -247,25 +246,18 @@ void Connection::DoWrite() {
     return;
   }
   writing_ = true;
-  ++strand_writes_;
-  // The frames queued now go out as one gathered write (a frame with
-  // spliced payloads is several pieces), so a burst of them (a step's
-  // pushes, a shard's replies to them) costs one system call, not one each.
+  // A frame with spliced payloads goes out as one gathered write.
   std::vector<asio::const_buffer> pieces;
+  pieces.reserve(2 * queue_.front()->splices().size() + 1);
   size_t skip = front_sent_;  // the part a direct write already sent
-  writing_frames_ = 0;
-  for (const OutFrame& frame : queue_) {
-    if (writing_frames_ > 0 && pieces.size() >= kGatherPieces) break;
-    frame->ForEachPiece([&pieces, &skip](const uint8_t* p, size_t n) {
-      if (skip >= n) {
-        skip -= n;
-        return;
-      }
-      pieces.emplace_back(p + skip, n - skip);
-      skip = 0;
-    });
-    ++writing_frames_;
-  }
+  queue_.front()->ForEachPiece([&pieces, &skip](const uint8_t* p, size_t n) {
+    if (skip >= n) {
+      skip -= n;
+      return;
+    }
+    pieces.emplace_back(p + skip, n - skip);
+    skip = 0;
+  });
   stream_.Visit([this, &pieces](auto& stream) {
     asio::async_write(stream, pieces, TransferAll,
                       asio::bind_executor(strand_, [self = shared_from_this()](
@@ -282,16 +274,13 @@ void Connection::OnWrite(const boost::system::error_code& ec, size_t n) {
                                        : Unavailable(ec.message()));
   }
   bytes_out_ += n;
-  for (size_t i = 0; i < writing_frames_; ++i) {
-    queued_bytes_ -= queue_.front()->size();
-    queue_.pop_front();
-  }
+  queued_bytes_ -= queue_.front()->size();
+  queue_.pop_front();
   front_sent_ = 0;
   {
     MutexLock lock(&write_mu_);
-    handed_ -= writing_frames_;
+    --handed_;
   }
-  writing_frames_ = 0;
   MaybeResumeRead();
   DoWrite();
 }
@@ -354,7 +343,7 @@ void Connection::Shutdown(const Status& why) {
   boost::system::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.socket().close(ignored);
-  while (queue_.size() > (writing_ ? writing_frames_ : 0u)) queue_.pop_back();
+  while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
   on_frame_ = nullptr;
   if (on_close_) {
     auto handler = std::move(on_close_);

@@ -86,15 +86,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const std::string& peer() const { return peer_; }
   uint64_t bytes_in() const { return bytes_in_; }
   uint64_t bytes_out() const { return bytes_out_.load(); }
-  // Writes the strand started: each takes every frame queued then, up to
-  // kGatherPieces pieces, so frames queued together leave in one.
-  uint64_t strand_writes() const { return strand_writes_.load(); }
 
   // Frames up to this size may be written from the calling thread.
   static constexpr size_t kDirectWriteMaxBytes = size_t{64} << 10;
-  // A strand write gathers queued frames while they have fewer pieces
-  // than this (the first frame whatever it has).
-  static constexpr size_t kGatherPieces = 64;
 
  private:
   void DoReadHeader();
@@ -141,13 +135,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t front_sent_ = 0;  // bytes of queue_.front() already written
   size_t queued_bytes_ = 0;
   bool writing_ = false;
-  size_t writing_frames_ = 0;  // the front frames the write in flight holds
   bool reading_paused_ = false;
   bool close_after_write_ = false;
   bool closed_ = false;
   uint64_t bytes_in_ = 0;
   std::atomic<uint64_t> bytes_out_{0};
-  std::atomic<uint64_t> strand_writes_{0};
 
   // Direct writes. A frame may go straight to the socket only while
   // `handed_` is 0: every frame handed to the strand (posted, queued or

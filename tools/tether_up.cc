@@ -862,8 +862,8 @@ void BindFlags(FlagParser& p, UpOptions& o) {
               "f32, or bf16: workers push gradients and pull weights as "
               "bfloat16 (half the bytes; the shards keep f32)");
   p.AddBool("overlap-steps", &o.overlap_steps,
-            "workers overlap steps (tether-worker --overlap-steps; with "
-            "--staleness other than 0, built-in models only)");
+            "workers overlap steps (tether-worker and python3 -m "
+            "tether.worker --overlap-steps; with --staleness other than 0)");
   p.AddString("log-dir", &o.log_dir, "where logs go (default: a new /tmp dir)");
   p.AddString("data-dir", &o.data_dir,
               "shards keep checkpoints in DIR/shard0, DIR/shard1, ... "
@@ -1205,12 +1205,6 @@ int Main(int argc, char** argv) {
   if (o.wire_dtype != "f32" && o.wire_dtype != "bf16") {
     std::cerr << "tether-up: --wire-dtype " << o.wire_dtype
               << ": f32 or bf16\n";
-    return 2;
-  }
-  if (o.overlap_steps && !o.python_model.empty()) {
-    std::cerr << "tether-up: --overlap-steps is for tether-worker's built-in "
-                 "models; python3 -m tether.worker (--python-model) has no "
-                 "such mode\n";
     return 2;
   }
   if (o.chunk_rows < -1) {

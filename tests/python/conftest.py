@@ -21,9 +21,19 @@ def cluster(registry, tmp_path):
     -> a running Cluster; flags go to shard 0 (the run's settings),
     shard_flags to every shard."""
 
+    started = []
+
     def start(shards=1, workers=1, flags=(), shard_flags=(), data_dir=False):
-        return Cluster(registry, tmp_path, shards, workers, flags,
-                       shard_flags, data_dir)
+        # A second cluster of the same test gets a directory of its own:
+        # log names are per directory, and its shards' "listening on" lines
+        # must not be read from the first one's logs.
+        directory = tmp_path
+        if started:
+            directory = tmp_path / f"cluster{len(started) + 1}"
+            directory.mkdir()
+        started.append(Cluster(registry, directory, shards, workers, flags,
+                               shard_flags, data_dir))
+        return started[-1]
 
     return start
 

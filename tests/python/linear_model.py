@@ -1,5 +1,5 @@
 """A small model for `python3 -m tether.worker` in the tests: a linear
-classifier of 784-pixel images (--input-shape 784)."""
+classifier of 784-pixel images, flat (--input-shape 784) or not."""
 
 import torch
 
@@ -10,4 +10,4 @@ class Net(torch.nn.Module):
         self.fc = torch.nn.Linear(features, classes)
 
     def forward(self, x):
-        return self.fc(x)
+        return self.fc(x.flatten(1))

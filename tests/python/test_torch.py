@@ -236,3 +236,95 @@ def test_push_in_backward_sends_each_gradient_as_backward_has_it(cluster):
         else:
             raise AssertionError("a second backward() was not refused")
         ps.close()
+
+
+def test_overlap_steps_compute_on_prefetched_weights_within_the_bound(
+        cluster):
+    """overlap_steps=True: prefetch() reads the next step's values before
+    this step's pushes, so step() returns without waiting for them and the
+    next step computes without its update (a push at most s + 1 stale),
+    keeping the same Parameter objects; the shards still apply every
+    gradient exactly; a refused push is raised by the step() after it, and
+    under bound 0 prefetch() does nothing and step() pulls behind the
+    clock as without overlap."""
+    torch.set_num_threads(1)
+    run = cluster(shards=2, workers=1, flags=[
+        "--block-size", "4", "--optimizer", "sgd", "--lr", "0.5",
+        "--max-staleness", "1"])
+    x = torch.randn(8, 5)
+    y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    half = np.float32(0.5)
+
+    def backward(model, ps):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        ps.prefetch()
+        loss.backward()
+        return {n: p.grad.clone().numpy() for n, p in model.named_parameters()}
+
+    with tether.Client(run.coordinator, staleness=1, rank=0) as c:
+        torch.manual_seed(4)
+        model = Mlp()
+        params = dict(model.named_parameters())
+        initial = values(model)
+        ps = tether.torch.ParameterServer(model, c, timeout=30,
+                                          overlap_steps=True)
+        g0 = backward(model, ps)
+        assert ps.prefetching
+        ps.step()
+        assert not ps.prefetching and c.clocks == 1
+        # Read before the push: the module holds the values it started with.
+        assert_values(model, initial)
+        assert ps.pull_start() is None  # this clock's values are in
+        g1 = backward(model, ps)  # on the initial values, one update behind
+        ps.step()
+        after0 = {n: initial[n] - half * g0[n] for n in initial}
+        assert_values(model, after0)
+        ps.flush()
+        held = shard_values_of(run.coordinator, model)
+        for n in initial:
+            np.testing.assert_array_equal(held[n], after0[n] - half * g1[n],
+                                          err_msg=n)
+        assert dict(model.named_parameters()) == params  # same objects
+        assert c.max_push_staleness <= 2, c.max_push_staleness
+
+        # A refused push (not finite) is raised by the next step(), which
+        # still sends its own pushes and clock and puts its values in.
+        backward(model, ps)
+        model.fc1.bias.grad[0] = float("nan")
+        ps.step()
+        clocks = c.clocks
+        backward(model, ps)
+        try:
+            ps.step()
+        except tether.NonFiniteError as e:
+            assert "fc1.bias" in e.message, e.message
+        else:
+            raise AssertionError("the refused push was not raised")
+        assert c.clocks == clocks + 1
+        assert not ps.prefetching
+        ps.pull()  # flushes the last step's pushes first
+        assert_values(model, shard_values_of(run.coordinator, model))
+
+    # Bound 0: nothing is prefetched; step() waits as without overlap.
+    run0 = cluster(shards=1, workers=1, flags=[
+        "--optimizer", "sgd", "--lr", "0.5"])
+    with tether.Client(run0.coordinator, staleness=0, rank=0) as c:
+        torch.manual_seed(4)
+        model = Mlp()
+        initial = values(model)
+        ps = tether.torch.ParameterServer(model, c, timeout=30,
+                                          overlap_steps=True)
+        g0 = backward(model, ps)
+        assert not ps.prefetching
+        ps.step()
+        assert_values(model, {n: initial[n] - half * g0[n] for n in initial})
+
+
+def shard_values_of(coordinator, model):
+    """The shards' values of every parameter of `model`, by name."""
+    with tether.Client(coordinator, observer=True) as o:
+        got = {}
+        for name, p in model.named_parameters():
+            o.define_tensor(name, tuple(p.shape), "provided")
+            got[name] = o.pull(name)
+        return got

@@ -2,7 +2,8 @@
 (POST /api/stop) ends Python workers cleanly, a resumed run skips the
 batches its checkpoint round covered, ChunkSampler uses every row once per
 epoch, Python workers' progress reaches stats(), and refusals raise
-tether.Error subclasses carrying their code and the server's message."""
+tether.Error subclasses carrying their code and the server's message;
+workers overlapping their steps push no staler than the bound allows."""
 
 import hashlib
 import json
@@ -464,3 +465,33 @@ def test_python_workers_say_how_they_were_started(cluster, spawn):
     assert w0["version"] == version and w0["commit"] == commit
     assert manifest["tether"] == {"version": version, "commit": commit}
     assert w1 == {"rank": 1, "command": commands["worker 1"]}, w1
+
+
+def test_overlapping_python_workers_push_no_staler_than_the_bound(cluster,
+                                                                   spawn):
+    """python3 -m tether.worker --overlap-steps: three workers at s = 1,
+    one slowed 4x: every push of the run is at most s + 1 clocks stale (a
+    prefetch is read at the next clock), the fast workers did run ahead,
+    and the run still learns."""
+    s = 1
+    run = cluster(shards=2, workers=3, flags=ADAM + ["--max-staleness", s])
+    workers = [python_worker(spawn, run.coordinator, r, "--epochs", 1,
+                             "--batch", 100, "--staleness", s,
+                             "--overlap-steps", "--eval-every", "0",
+                             *(["--slowdown", 4] if r == 2 else []))
+               for r in range(3)]
+    for w in workers:
+        assert w.wait(120) == 0, tail(w.log())
+    pushes = stale = beyond = 0
+    for shard in shard_stats(run.coordinator):
+        for age, count in enumerate(shard["staleness_histogram"]):
+            pushes += count
+            stale += count if age >= 1 else 0
+            beyond += count if age > s + 1 else 0
+    # 600 batches of 2 tensors, each on 1 or 2 shards.
+    assert pushes >= 600 * 2, pushes
+    assert beyond == 0, f"{beyond} pushes staler than {s + 1}"
+    assert stale > 0, "the fast workers never ran ahead"
+    m = re.search(r"test accuracy ([\d.]+)%", workers[0].log())
+    assert m, tail(workers[0].log())
+    assert float(m.group(1)) > 70, tail(workers[0].log())

@@ -2,7 +2,7 @@
 // threads at once -- small ones written straight from the sending thread,
 // large ones by the strand -- arrive whole and, per thread, in order; and a
 // peer that stops reading until the socket is full still gets every byte
-// in order once it reads; frames queued together leave in one write.
+// in order once it reads.
 #include "schema/connection.h"
 
 #include <gtest/gtest.h>
@@ -171,42 +171,6 @@ TEST(Connection, PeerThatReadsLateGetsEveryFrameInOrder) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_EQ(sender->bytes_out(), bytes);
-  sender->Close();
-  pool.Release();
-  pool.Join();
-}
-
-// Frames handed to the strand while it writes leave together: 50 frames
-// queued before the strand runs go out in the first frame's write and
-// one more, and the peer still reads every one whole and in order.
-TEST(Connection, FramesQueuedTogetherLeaveInOneWrite) {
-  IoPool pool(1);
-  auto [a, b] = Pair(pool.Next());
-  auto sender = std::make_shared<Connection>(std::move(a), ConnectionOptions{});
-  sender->Start([](Frame) {}, [](const Status&) {});
-  constexpr uint64_t kFrames = 50;
-  // Too large to be written from this thread: each is handed to the
-  // strand, which runs only once the pool starts.
-  constexpr size_t kBytes = Connection::kDirectWriteMaxBytes + 1000;
-  for (uint64_t seq = 0; seq < kFrames; ++seq) {
-    sender->Send(NumberedFrame(seq, kBytes + seq));
-  }
-  pool.Start();
-  for (uint64_t seq = 0; seq < kFrames; ++seq) {
-    uint8_t header[kFrameHeaderBytes];
-    asio::read(b, asio::buffer(header));
-    auto length = ParseFrameHeader(header, kDefaultMaxFrameBytes);
-    ASSERT_TRUE(length.ok()) << "frame " << seq;
-    Frame frame(*length);
-    asio::read(b, asio::buffer(frame.body(), frame.body_size()));
-    ASSERT_TRUE(frame.Verify().ok()) << "frame " << seq;
-    const wire::Error* e = frame.message()->body_as_Error();
-    ASSERT_NE(e, nullptr);
-    ASSERT_EQ(e->request_id(), seq);
-    ASSERT_EQ(e->message()->size(), kBytes + seq);
-  }
-  EXPECT_LE(sender->strand_writes(), 2u);
-  EXPECT_GE(sender->strand_writes(), 1u);
   sender->Close();
   pool.Release();
   pool.Join();

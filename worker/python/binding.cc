@@ -255,8 +255,9 @@ struct Meta {
   uint64_t size = 0;            // tensors: floats; tables: dim
 };
 
-// What a dense request does with its buffer.
-enum class Dense { kPull, kPush, kProvide };
+// What a dense request does with its buffer. kPrefetch: a pull of the
+// values this worker computes with at its next clock (Client::PrefetchAsync).
+enum class Dense { kPull, kPush, kProvide, kPrefetch };
 
 class PyClient;
 
@@ -404,16 +405,17 @@ class PyClient {
           "pull_many/push_many: " + std::to_string(names.size()) + " names, " +
           std::to_string(buffers.size()) + " buffers");
     }
-    const char* verb = op == Dense::kPull   ? "pull '"
-                       : op == Dense::kPush ? "push '"
-                                            : "provide '";
+    const char* verb = op == Dense::kPull       ? "pull '"
+                       : op == Dense::kPrefetch ? "prefetch '"
+                       : op == Dense::kPush     ? "push '"
+                                                : "provide '";
     std::vector<Floats> checked;
     checked.reserve(names.size());
     for (size_t i = 0; i < names.size(); ++i) {
       const Meta& m = Lookup(names[i], false);
-      checked.push_back(CheckFloats(buffers[i], op == Dense::kPull,
-                                    verb + names[i] + "'", ShapeText(m.shape),
-                                    m.size));
+      checked.push_back(
+          CheckFloats(buffers[i], op == Dense::kPull || op == Dense::kPrefetch,
+                      verb + names[i] + "'", ShapeText(m.shape), m.size));
     }
     auto p = Track(buffers);
     // Counts down the parts; the clock's error wins, then the first.
@@ -448,6 +450,9 @@ class PyClient {
       switch (op) {
         case Dense::kPull:
           client.PullAsync(names[i], floats, part(false));
+          break;
+        case Dense::kPrefetch:
+          client.PrefetchAsync(names[i], floats, part(false));
           break;
         case Dense::kPush:
           client.PushAsync(names[i], floats, part(false));
@@ -665,6 +670,13 @@ PYBIND11_MODULE(_tether, m) {
               const py::list& buffers) {
              return PyFuture(self.cast<PyClient&>().ManyStart(
                                  Dense::kPull, names, buffers, false),
+                             self);
+           })
+      .def("prefetch_many",
+           [](const py::object& self, const std::vector<std::string>& names,
+              const py::list& buffers) {
+             return PyFuture(self.cast<PyClient&>().ManyStart(
+                                 Dense::kPrefetch, names, buffers, false),
                              self);
            })
       .def("push_many",

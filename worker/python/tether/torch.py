@@ -22,14 +22,31 @@ gradient is sent as soon as backward has accumulated it (last layer first),
 so the wire works while backward goes on; step() then sends only the clock
 (and the sparse rows) behind them. One backward() per step: gradients
 accumulated over several backward() calls need the default (False).
+
+With ParameterServer(..., overlap_steps=True) and a bound s other than 0,
+a step overlaps the next one, as tether-worker --overlap-steps does:
+
+    loss = F.cross_entropy(model(x), y)
+    ps.prefetch()                       # the next step's weights travel
+    loss.backward()                     # ... while backward runs
+    ps.step()                           # push, clock: not awaited
+
+prefetch() asks for the values the next step computes with (read by the
+shards at the next clock, so the bound stays exact), and step() sends the
+pushes and the clock, puts the prefetched values in the module and returns
+without waiting for the pushes' answers (collected by the next step()).
+The next step then computes without this one's update: under bound s no
+push is staler than s + 1. A refused push is raised by the step() after
+the one that sent it; flush() collects the last ones.
 """
 
+import sys
 import time
 
 import numpy as np
 import torch
 
-from . import NotReadyError, worker_share
+from . import NotReadyError, UnavailableError, worker_share
 
 __all__ = ["ParameterServer", "ChunkSampler"]
 
@@ -50,15 +67,37 @@ class _Dense:
         self.shape = tuple(param.shape) or (1,)
         self.cuda = (param.device.type != "cpu" or
                      not param.data.is_contiguous())
+        # overlap_steps: the memory a CPU parameter's prefetch fills, which
+        # then becomes the parameter's (its old memory the next spare).
+        self.spare = None
         if self.cuda:
             pin = param.device.type == "cuda" and torch.cuda.is_available()
             self.host = torch.empty(param.shape, dtype=torch.float32,
                                     pin_memory=pin)
             self.host_grad = torch.empty(param.shape, dtype=torch.float32,
                                          pin_memory=pin)
-            self.pull_buffer = _host_view(self.host)
+
+    @property
+    def pull_buffer(self):
+        """Where a pull of this parameter goes (the parameter's memory is
+        swapped by a prefetch, so asked each time)."""
+        return _host_view(self.host if self.cuda else self.param.data)
+
+    def prefetch_buffer(self):
+        if self.cuda:
+            return _host_view(self.host)
+        if self.spare is None:
+            self.spare = torch.empty_like(self.param.data)
+        return _host_view(self.spare)
+
+    def take_prefetched(self):
+        """The prefetched values become the parameter's."""
+        if self.cuda:
+            self.param.data.copy_(self.host, non_blocking=True)
         else:
-            self.pull_buffer = _host_view(param.data)
+            old = self.param.data
+            self.param.data = self.spare
+            self.spare = old
 
 
 class _Sparse:
@@ -77,10 +116,17 @@ class ParameterServer:
     """
 
     def __init__(self, model, client, *, timeout=600.0,
-                 push_in_backward=False):
+                 push_in_backward=False, overlap_steps=False):
         self.model = model
         self.client = client
+        self.overlap_steps = overlap_steps
         self.wait_seconds = 0.0  # time spent in pull(): waiting for others
+        # overlap_steps: the prefetch in flight (its future), the clock
+        # whose values the module holds (-1: pull them), and the last
+        # step()'s pushes, not awaited: (futures, what they read, clock).
+        self._prefetching = None
+        self._weights_for = -1
+        self._in_flight = None
         self._dense = []
         self._sparse = []
         # Dense pushes sent during backward (push_in_backward), collected by
@@ -112,7 +158,6 @@ class ParameterServer:
             for d in self._dense:
                 self._hooks.append(self._push_hook(d))
         self._names = [d.name for d in self._dense]
-        self._pull_buffers = [d.pull_buffer for d in self._dense]
         if client.rank == 0:
             self._provide()
         deadline = time.monotonic() + timeout
@@ -193,21 +238,35 @@ class ParameterServer:
     def pull(self):
         """Copies the current values of every dense parameter into the
         module (all at once); sparse rows are pulled as batches use them.
-        Waits while the slowest worker is more than the bound behind."""
+        Waits while the slowest worker is more than the bound behind.
+        With overlap_steps, first collects the pushes step() left in flight
+        (flush())."""
+        self.flush()
+        self._weights_for = -1
         self.pull_finish(self.pull_start())
 
     def pull_start(self):
         """Starts pull(); pull_finish(the returned handle) completes it, so
         that work which does not touch the parameters (the next batch's
-        data) overlaps the transfer."""
+        data) overlaps the transfer. Returns None when the module already
+        holds the values of this clock (an overlapped step() put them in)."""
+        if self._weights_for == self.client.clocks:
+            return None
+        self._weights_for = -1
+        self._await_gpu_copies()
+        # One call and one future for every tensor (see push()).
+        return self.client._c.pull_many(
+            self._names, [d.pull_buffer for d in self._dense])
+
+    def _await_gpu_copies(self):
         if self._on_gpu:
             # The last pull's copies to the GPU read the host buffers this
             # one writes: they must be done.
             torch.cuda.current_stream().synchronize()
-        # One call and one future for every tensor (see push()).
-        return self.client._c.pull_many(self._names, self._pull_buffers)
 
     def pull_finish(self, started):
+        if started is None:
+            return
         start = time.monotonic()
         started.result()
         for d in self._dense:
@@ -215,18 +274,81 @@ class ParameterServer:
                 d.param.data.copy_(d.host, non_blocking=True)
         self.wait_seconds += time.monotonic() - start
 
-    def push(self, clock=False, pull=False):
-        """Sends every parameter's .grad (all at once), then clears them.
-        A parameter without a gradient is not pushed, nor one already sent
-        during backward (push_in_backward). With `clock`, the clock that
-        ends the iteration goes right behind the pushes (the shards apply
-        it after them) instead of after their answers; it happens even
-        when a push is refused, and its own error, if any, is the one
-        raised. With `pull` too, the next pull() goes right behind the
-        clock, so it is read at the new clock and travels while the
-        pushes are answered."""
-        names, grads, keep = [], [], []
+    def prefetch(self):
+        """overlap_steps: starts pulling the values the next step computes
+        with; call it once forward is done (before backward, so that they
+        travel while it runs). step() puts them in the module. Does nothing
+        without overlap_steps, under bound 0 (they could not be read
+        before every worker clocked), or when one is in flight."""
+        if (not self.overlap_steps or self.client.staleness == 0 or
+                self._prefetching is not None or not self._dense):
+            return
+        self._await_gpu_copies()
+        self._prefetching = self.client._c.prefetch_many(
+            self._names, [d.prefetch_buffer() for d in self._dense])
+
+    @property
+    def prefetching(self):
+        """Whether a prefetch() is in flight (step() then overlaps)."""
+        return self._prefetching is not None
+
+    def flush(self):
+        """Waits for the pushes an overlapped step() left in flight; raises
+        the first error (a refused push: StalePushError, NonFiniteError).
+        Pushes of an earlier clock lost with their shard are not: that step
+        is not repeated, as with tether-worker --overlap-steps."""
+        if self._in_flight is None:
+            return
+        futures, _, at = self._in_flight
+        self._in_flight = None
+        try:
+            _results(futures)
+        except UnavailableError as e:
+            if at >= self.client.clocks:
+                raise
+            print(f"tether: a push of clock {at} was lost with its shard "
+                  f"({e.message}); training goes on", file=sys.stderr,
+                  flush=True)
+
+    def _step_overlapped(self):
+        """step() after prefetch(): sends the pushes and the clock, puts the
+        prefetched values in, and collects the last step's pushes."""
+        older, self._in_flight = self._in_flight, None
+        at = self.client.clocks
+        try:
+            futures, keep = self._send(clock=True)
+        except BaseException:
+            self._in_flight = older
+            raise
+        self._in_flight = (futures, keep, at)
+        prefetching, self._prefetching = self._prefetching, None
+        start = time.monotonic()
+        try:
+            prefetching.result()
+        except UnavailableError:
+            # A shard lost since: the values are asked again (the step that
+            # uses them is repeated if that fails too).
+            self.wait_seconds += time.monotonic() - start
+            self.pull_finish(self.pull_start())
+        else:
+            self.wait_seconds += time.monotonic() - start
+            for d in self._dense:
+                d.take_prefetched()
+            self._weights_for = at + 1
+        # The last step's pushes: long answered (the clock after them was).
+        in_flight, self._in_flight = self._in_flight, older
+        try:
+            self.flush()
+        finally:
+            self._in_flight = in_flight
+
+    def _send(self, clock):
+        """Sends every .grad not yet sent (and the clock behind them), and
+        clears them. Returns the futures, the dense one (whose error is the
+        clock's if it failed) first, and what they read."""
+        names, grads = [], []
         futures = [f for f, _ in self._sent.values()]
+        keep = [g for _, g in self._sent.values()]
         for d in self._dense:
             if d.param.grad is None or d.name in self._sent:
                 continue
@@ -245,16 +367,27 @@ class ParameterServer:
         # The dense pushes and the clock behind every push: one call, one
         # future, whose error is the clock's if it failed.
         dense = self.client._c.push_many(names, grads, clock)
+        self._sent.clear()
+        for d in self._dense:
+            d.param.grad = None
+        for s in self._sparse:
+            s.param.grad = None
+        return [dense] + futures, keep + grads
+
+    def push(self, clock=False, pull=False):
+        """Sends every parameter's .grad (all at once), then clears them.
+        A parameter without a gradient is not pushed, nor one already sent
+        during backward (push_in_backward). With `clock`, the clock that
+        ends the iteration goes right behind the pushes (the shards apply
+        it after them) instead of after their answers; it happens even
+        when a push is refused, and its own error, if any, is the one
+        raised. With `pull` too, the next pull() goes right behind the
+        clock, so it is read at the new clock and travels while the
+        pushes are answered."""
+        futures, _ = self._send(clock)
         pulling = self.pull_start() if clock and pull else None
         try:
-            refused = None
-            try:
-                _results(futures)
-            except Exception as e:  # noqa: BLE001 -- the dense error wins
-                refused = e
-            dense.result()
-            if refused is not None:
-                raise refused
+            _results(futures)  # the dense push's error (the clock's) wins
         except BaseException:
             if pulling is not None:  # its buffers are in use until it ends
                 try:
@@ -262,12 +395,6 @@ class ParameterServer:
                 except Exception:  # noqa: BLE001 -- the push's error wins
                     pass
             raise
-        finally:
-            self._sent.clear()
-            for d in self._dense:
-                d.param.grad = None
-            for s in self._sparse:
-                s.param.grad = None
         if pulling is not None:
             self.pull_finish(pulling)
 
@@ -283,7 +410,11 @@ class ParameterServer:
         self.client.clock()
 
     def step(self):
-        """push(clock=True) and the next pull(), sent right behind it."""
+        """push(clock=True) and the next pull(), sent right behind it; after
+        prefetch() (overlap_steps), the pushes and the clock, not awaited,
+        and the prefetched values put in the module."""
+        if self._prefetching is not None:
+            return self._step_overlapped()
         self.push(clock=True, pull=True)
 
 

@@ -76,6 +76,12 @@ def parse_args(argv):
                    "gradients leave after its sleep); off: all of them in "
                    "one call after backward, which measured faster here "
                    "(BENCHMARKS.md, python_client)")
+    p.add_argument("--overlap-steps", nargs="?", const="true",
+                   default="false", choices=("true", "false"),
+                   help="with --staleness other than 0, a step computes while "
+                        "the last one's pushes and clock travel, on weights "
+                        "prefetched during its backward (pushes are then "
+                        "at most s + 1 clocks stale), as tether-worker's")
     p.add_argument("--wire-dtype", choices=("f32", "bf16"), default="f32",
                    help="bf16: push gradients and pull weights as bfloat16 "
                         "(half the bytes; the shards keep f32)")
@@ -185,6 +191,7 @@ def worker_manifest(a, argv, test_spec):
             "chunk_rows": a.chunk_rows, "staleness": a.staleness,
             "eval_every": a.eval_every, "data": a.data,
             "test_data": test_spec or "", "wire_dtype": a.wire_dtype,
+            "overlap_steps": a.overlap_steps == "true",
             "torch": torch.__version__,
         },
         "data_files": files,
@@ -241,7 +248,8 @@ class Trainer:
         # A slowed worker's (--slowdown) gradients leave after its sleep.
         self.ps = tether.torch.ParameterServer(
             model, client, push_in_backward=(self.a.push_in_backward == "on"
-                                             and self.a.slowdown <= 1.0))
+                                             and self.a.slowdown <= 1.0),
+            overlap_steps=self.a.overlap_steps == "true")
         self.rejected = 0
         self.samples = 0
         self.loss_sum, self.loss_count, self.last_loss = 0.0, 0, None
@@ -291,6 +299,7 @@ class Trainer:
         except Stopped as e:
             print(f"worker {self.client.rank}: stopping at clock "
                   f"{self.client.clocks}: {e}", file=sys.stderr, flush=True)
+        self.tolerating_refused(self.ps.flush)
         self.ps.pull()
         self.report(self.a.epochs - 1, evaluate=True, final=True)
         if self.a.profile:
@@ -393,20 +402,22 @@ class Trainer:
                 f"{c.clocks} (epoch {epoch}): the model diverged, so this "
                 "worker stops. Lower --lr, or look for extreme values in "
                 "the data")
+        # --overlap-steps: the next step's weights travel during backward
+        # (a slowed worker's after its sleep: read before it, they would
+        # miss what the others pushed meanwhile).
+        if self.a.slowdown <= 1.0:
+            self.ps.prefetch()
         loss.backward()
         torch_s += time.perf_counter() - torch_start
         if self.a.slowdown > 1.0:
             time.sleep((time.monotonic() - compute_start) *
                        (self.a.slowdown - 1.0))
-        try:
-            self.ps.push(clock=True)
-        except (tether.StalePushError, tether.NonFiniteError) as e:
-            # The gradient is lost, the clock went ahead.
-            if self.rejected % 100 == 0:
-                print(f"worker {c.rank}: push at clock {c.clocks} refused: "
-                      f"{e.message} (dropped; {self.rejected + 1} so far)",
-                      file=sys.stderr, flush=True)
-            self.rejected += 1
+            self.ps.prefetch()
+        # Pushes and clock; overlapped (after a prefetch), not awaited, and
+        # a refused push is raised by the next step.
+        self.tolerating_refused(
+            self.ps.step if self.ps.prefetching else
+            lambda: self.ps.push(clock=True))
         self.samples += len(batch)
         self.loss_sum += value
         self.loss_count += 1
@@ -419,6 +430,19 @@ class Trainer:
         self.step_s += time.perf_counter() - step_start
         self.torch_s += torch_s
         self.wire_s += tether.wait_seconds() - wire_start
+
+    def tolerating_refused(self, call):
+        """call(); a refused push is counted and dropped: its gradient is
+        lost, the clock went ahead."""
+        c = self.client
+        try:
+            call()
+        except (tether.StalePushError, tether.NonFiniteError) as e:
+            if self.rejected % 100 == 0:
+                print(f"worker {c.rank}: push at clock {c.clocks} refused: "
+                      f"{e.message} (dropped; {self.rejected + 1} so far)",
+                      file=sys.stderr, flush=True)
+            self.rejected += 1
 
     def print_profile(self):
         n = max(1, self.steps)
