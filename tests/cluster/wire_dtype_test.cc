@@ -178,7 +178,9 @@ TEST_F(WireDtype, NonFiniteBf16PushIsRefusedNamingTheElement) {
 
 // tether-up --wire-dtype bf16: every worker is started pushing and pulling
 // bfloat16, and the run reaches the accuracy an f32 run is held to
-// (Training.LauncherRunReachesStatedAccuracyOnFashionMnist).
+// (Training.LauncherRunReachesStatedAccuracyOnFashionMnist), in as many
+// epochs (three: after two, the final weights once measured 81.4% on a
+// loaded CI machine, 82% a few clocks before).
 TEST(WireDtypeRun, Bf16WorkersReachTheTargetAccuracy) {
   TempDir dir;
   const std::string summary_file = dir.path() + "/summary.json";
@@ -186,7 +188,7 @@ TEST(WireDtypeRun, Bf16WorkersReachTheTargetAccuracy) {
       {TETHER_UP_BIN, "--http",         "127.0.0.1:0", "--shards",
        "2",           "--workers",      "3",           "--slow",
        "1",           "--slowdown",     "3",           "--staleness",
-       "2",           "--epochs",       "2",           "--target-accuracy",
+       "2",           "--epochs",       "3",           "--target-accuracy",
        "0.82",        "--wire-dtype",   "bf16",        "--log-dir",
        dir.path(),    "--summary-file", summary_file},
       dir.path() + "/up.out");

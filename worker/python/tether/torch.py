@@ -315,13 +315,19 @@ class ParameterServer:
         prefetched values in, and collects the last step's pushes."""
         older, self._in_flight = self._in_flight, None
         at = self.client.clocks
+        prefetching, self._prefetching = self._prefetching, None
         try:
             futures, keep = self._send(clock=True)
         except BaseException:
+            # Nothing sent: the prefetch's values are for a clock this
+            # worker did not reach (its buffers are free once it ends).
             self._in_flight = older
+            try:
+                prefetching.result()
+            except Exception:  # noqa: BLE001 -- the send's error wins
+                pass
             raise
         self._in_flight = (futures, keep, at)
-        prefetching, self._prefetching = self._prefetching, None
         start = time.monotonic()
         try:
             prefetching.result()
