@@ -175,21 +175,22 @@ void ExpectOverlappedRunReaches80Percent(
       << flags.str();
 }
 
+// Three epochs, as the plain run's test: after two, the final weights
+// were once 79.8% under TSan though 80% had been measured mid-epoch.
 TEST(Training, LauncherOverlapStepsReachesEveryWorkerAndTheTarget) {
-  ExpectOverlappedRunReaches80Percent({"--epochs", "2"}, {"--model", "mlp"});
+  ExpectOverlappedRunReaches80Percent({"--epochs", "3"}, {"--model", "mlp"});
 }
 
+#ifdef TETHER_PYTHON_TEST_MODEL
 // The same with python3 -m tether.worker workers (--python-model: a
-// linear classifier, 4 epochs).
+// linear classifier, 4 epochs). Builds without the Python package (the
+// sanitizer presets) do not have this test.
 TEST(Training, LauncherOverlapStepsReachesPythonWorkersAndTheTarget) {
-#ifndef TETHER_PYTHON_TEST_MODEL
-  GTEST_SKIP() << "built without the Python package";
-#else
   ExpectOverlappedRunReaches80Percent(
       {"--epochs", "4", "--python-model", TETHER_PYTHON_TEST_MODEL},
       {"-m", "tether.worker"});
-#endif
 }
+#endif
 
 // "Stop run" on the dashboard: tether-up says the run was stopped, at
 // which clock and round, how to resume it, and exits 0 (not "MISSED").

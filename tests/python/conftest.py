@@ -21,19 +21,20 @@ def cluster(registry, tmp_path):
     -> a running Cluster; flags go to shard 0 (the run's settings),
     shard_flags to every shard."""
 
-    started = []
+    started = 0
 
     def start(shards=1, workers=1, flags=(), shard_flags=(), data_dir=False):
         # A second cluster of the same test gets a directory of its own:
         # log names are per directory, and its shards' "listening on" lines
         # must not be read from the first one's logs.
+        nonlocal started
+        started += 1
         directory = tmp_path
-        if started:
-            directory = tmp_path / f"cluster{len(started) + 1}"
+        if started > 1:
+            directory = tmp_path / f"cluster{started}"
             directory.mkdir()
-        started.append(Cluster(registry, directory, shards, workers, flags,
-                               shard_flags, data_dir))
-        return started[-1]
+        return Cluster(registry, directory, shards, workers, flags,
+                       shard_flags, data_dir)
 
     return start
 

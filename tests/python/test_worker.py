@@ -21,7 +21,7 @@ import torch
 
 import tether
 import tether.torch
-from tether_cluster import TESTS, Cluster, address_from_line, run_concurrently, \
+from tether_cluster import TESTS, address_from_line, run_concurrently, \
     shard_stats, tail
 
 MODEL = f"{TESTS / 'linear_model.py'}:Net"
@@ -207,8 +207,7 @@ def final_clock_or_none(log):
 
 # --- 3. ChunkSampler ----------------------------------------------------------
 
-def test_chunk_sampler_uses_every_row_once(cluster, spawn, registry,
-                                           tmp_path):
+def test_chunk_sampler_uses_every_row_once(cluster, spawn):
     rows, chunk_rows, epochs, batch = 1000, 100, 2, 50
     run = cluster(shards=1, workers=2)
     data = torch.utils.data.TensorDataset(torch.arange(rows),
@@ -271,9 +270,7 @@ def test_chunk_sampler_uses_every_row_once(cluster, spawn, registry,
                                        rows // chunk_rows), e
 
     # python3 -m tether.worker --chunk-rows on a run of its own.
-    # (Its own directory: log names are per directory.)
-    (tmp_path / "chunked").mkdir()
-    chunked = Cluster(registry, tmp_path / "chunked", 1, 2, ADAM, (), False)
+    chunked = cluster(shards=1, workers=2, flags=ADAM)
     workers = [python_worker(spawn, chunked.coordinator, r, "--epochs", 1,
                              "--batch", 100, "--chunk-rows", 6000,
                              "--eval-every", "0", "--quiet",

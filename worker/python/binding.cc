@@ -607,10 +607,10 @@ PYBIND11_MODULE(_tether, m) {
                        std::optional<std::string> name, int join_timeout_ms,
                        int reconnect_timeout_ms,
                        std::optional<std::string> command,
-                       std::optional<std::string> tls_cert,
-                       std::optional<std::string> tls_key,
-                       std::optional<std::string> tls_ca,
-                       std::optional<std::string> manifest,
+                       const std::optional<std::string>& tls_cert,
+                       const std::optional<std::string>& tls_key,
+                       const std::optional<std::string>& tls_ca,
+                       const std::optional<std::string>& manifest,
                        const std::string& wire_dtype) {
              ClientOptions o;
              if (wire_dtype != "f32" && wire_dtype != "bf16") {
@@ -664,20 +664,6 @@ PYBIND11_MODULE(_tether, m) {
            [](PyClient& self, int op, const std::string& table,
               const py::object& keys, const py::object& rows) {
              self.Wait(self.RowsStart(table, keys, rows, op));
-           })
-      .def("pull_many",
-           [](const py::object& self, const std::vector<std::string>& names,
-              const py::list& buffers) {
-             return PyFuture(self.cast<PyClient&>().ManyStart(
-                                 Dense::kPull, names, buffers, false),
-                             self);
-           })
-      .def("prefetch_many",
-           [](const py::object& self, const std::vector<std::string>& names,
-              const py::list& buffers) {
-             return PyFuture(self.cast<PyClient&>().ManyStart(
-                                 Dense::kPrefetch, names, buffers, false),
-                             self);
            })
       .def("push_many",
            [](const py::object& self, const std::vector<std::string>& names,
@@ -815,6 +801,17 @@ PYBIND11_MODULE(_tether, m) {
                  return PyFuture(
                      self.cast<PyClient&>().DenseStart(op, name, buffer), self);
                });
+  }
+  // pull_many and prefetch_many (push_many, above, also takes the clock).
+  for (const DenseMethod& d :
+       {DenseMethod{"pull_many", nullptr, Dense::kPull},
+        DenseMethod{"prefetch_many", nullptr, Dense::kPrefetch}}) {
+    client.def(d.name, [op = d.op](const py::object& self,
+                                   const std::vector<std::string>& names,
+                                   const py::list& buffers) {
+      return PyFuture(
+          self.cast<PyClient&>().ManyStart(op, names, buffers, false), self);
+    });
   }
 
   m.def(

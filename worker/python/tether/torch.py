@@ -252,7 +252,6 @@ class ParameterServer:
         holds the values of this clock (an overlapped step() put them in)."""
         if self._weights_for == self.client.clocks:
             return None
-        self._weights_for = -1
         self._await_gpu_copies()
         # One call and one future for every tensor (see push()).
         return self.client._c.pull_many(
@@ -297,10 +296,15 @@ class ParameterServer:
         the first error (a refused push: StalePushError, NonFiniteError).
         Pushes of an earlier clock lost with their shard are not: that step
         is not repeated, as with tether-worker --overlap-steps."""
-        if self._in_flight is None:
+        in_flight, self._in_flight = self._in_flight, None
+        self._collect(in_flight)
+
+    def _collect(self, in_flight):
+        """Waits for one overlapped step's pushes (futures, what they read,
+        their clock), as flush() says; None: nothing to wait for."""
+        if in_flight is None:
             return
-        futures, _, at = self._in_flight
-        self._in_flight = None
+        futures, _, at = in_flight
         try:
             _results(futures)
         except UnavailableError as e:
@@ -342,11 +346,7 @@ class ParameterServer:
                 d.take_prefetched()
             self._weights_for = at + 1
         # The last step's pushes: long answered (the clock after them was).
-        in_flight, self._in_flight = self._in_flight, older
-        try:
-            self.flush()
-        finally:
-            self._in_flight = in_flight
+        self._collect(older)
 
     def _send(self, clock):
         """Sends every .grad not yet sent (and the clock behind them), and
