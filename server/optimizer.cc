@@ -6,18 +6,17 @@
 #include <cmath>
 #include <vector>
 
-// The shard's arithmetic hot path: the update loops and the finiteness
-// scan are built three times, for x86-64's baseline (SSE2), AVX2 and
-// AVX-512, and the loader picks one by the CPU. All do the same IEEE
-// operations in the same order (no FMA contraction: -ffp-contract=off; no
-// reassociation), so a shard's weights are bit-identical whichever runs.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__)
-#define TETHER_VECTOR_CLONES \
-  __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TETHER_VECTOR_CLONES
+#include "schema/vector_clones.h"
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
 #endif
+
+// The shard's arithmetic hot path: the update loops and the finiteness
+// scan are built for SSE2, AVX2 and AVX-512 (TETHER_VECTOR_CLONES). All do
+// the same IEEE operations in the same order (no FMA contraction:
+// -ffp-contract=off; no reassociation), so a shard's weights are
+// bit-identical whichever runs.
 
 namespace tether {
 
@@ -111,6 +110,30 @@ inline void AdamLoop(size_t n, const float* __restrict w,
   }
 }
 
+// While it lives, this thread's SSE/AVX arithmetic reads subnormal inputs
+// as zero and writes subnormal results as zero (x86's DAZ and FTZ bits);
+// the caller's setting comes back when it goes. On x86 every operation on
+// a subnormal takes a microcode assist, tens of times a normal one's cost,
+// and real training makes them: Adam's first moment of a weight whose
+// input stays zero for a while (a border pixel) decays by beta1 a step
+// through the subnormals towards zero. A tenth of the first moments
+// subnormal cost Adam's loop 37% of its speed in tools/bench/apply
+// (more where the state is in cache). Elsewhere nothing changes.
+class SubnormalsAsZero {
+ public:
+#if defined(__x86_64__)
+  SubnormalsAsZero() : saved_(_mm_getcsr()) {
+    _mm_setcsr(saved_ | kFlushToZero | kDenormalsAreZero);
+  }
+  ~SubnormalsAsZero() { _mm_setcsr(saved_); }
+
+ private:
+  static constexpr unsigned kFlushToZero = 0x8000;
+  static constexpr unsigned kDenormalsAreZero = 0x0040;
+  const unsigned saved_;
+#endif
+};
+
 }  // namespace
 
 TETHER_VECTOR_CLONES bool Optimizer::Update(
@@ -128,6 +151,7 @@ TETHER_VECTOR_CLONES bool Optimizer::Update(
   const float* s = slots.data();
   float* s_out = out_slots.data();
 
+  const SubnormalsAsZero flush;
   switch (options_.kind) {
     case OptimizerKind::kSgd:
       SgdLoop(n, w, g, w_out, lr);

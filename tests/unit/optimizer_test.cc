@@ -8,6 +8,10 @@
 #include <random>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 namespace tether {
 namespace {
 
@@ -256,6 +260,46 @@ TEST(Optimizer, VectorizedLoopsAreBitIdenticalToTheScalarReference) {
     }
   }
 }
+
+#if defined(__x86_64__)
+// Subnormal moments (a weight whose input stayed zero for a while) and
+// gradients are taken as zero, and so are subnormal results: each would
+// cost a microcode assist per operation on x86. The caller's own
+// floating-point mode is left as it was.
+TEST(Optimizer, SubnormalsAreTakenAndLeftAsZeroAndTheCallersModeKept) {
+  const float tiny = 1e-39f;  // subnormal: below 2^-126
+  ASSERT_EQ(std::fpclassify(tiny), FP_SUBNORMAL);
+  const unsigned mode = _mm_getcsr();
+  OptimizerOptions o;
+  o.kind = OptimizerKind::kAdam;
+  o.lr = 0.001f;
+  const Optimizer adam(o);
+  const size_t n = 37;
+  // Subnormal moments, no gradient: without the flush m would become
+  // beta1 * tiny and v beta2 * tiny, both still subnormal.
+  std::vector<float> w(n, 0.5f), g(n, 0.0f), slots(2 * n, tiny);
+  std::vector<float> w_out(n), slots_out(2 * n);
+  ASSERT_TRUE(adam.Update(w, slots, g, w_out, slots_out, 3));
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(w_out[i], 0.5f) << i;
+    EXPECT_EQ(std::bit_cast<uint32_t>(slots_out[i]), 0u) << "m at " << i;
+    EXPECT_EQ(std::bit_cast<uint32_t>(slots_out[n + i]), 0u) << "v at " << i;
+  }
+  // A subnormal gradient moves nothing: (1 - beta1) * g would be
+  // subnormal too.
+  std::fill(g.begin(), g.end(), tiny);
+  std::fill(slots.begin(), slots.end(), 0.0f);
+  ASSERT_TRUE(adam.Update(w, slots, g, w_out, slots_out, 3));
+  for (size_t i = 0; i < 2 * n; ++i) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(slots_out[i]), 0u) << "slot at " << i;
+  }
+  // Normal values are as before: a step of about lr.
+  std::fill(g.begin(), g.end(), 1.0f);
+  ASSERT_TRUE(adam.Update(w, slots, g, w_out, slots_out, 1));
+  EXPECT_NEAR(w_out[0], 0.5f - 0.001f, 1e-6f);
+  EXPECT_EQ(_mm_getcsr(), mode);
+}
+#endif
 
 TEST(Optimizer, AllFiniteFindsANonFiniteValueInAnyPosition) {
   std::vector<float> values(37, 1.5f);

@@ -257,6 +257,48 @@ TEST(Bf16, RoundsToNearestEvenAndKeepsSpecials) {
   }
 }
 
+// The span forms run the CPU's widest clone (AVX-512 or AVX2 where there
+// is one), the scalar forms this file's baseline code: the same bits for
+// every exponent and sign, the rounding cases of the low half (ties,
+// NaN payloads, carries into the exponent), every length's tail and an
+// unaligned start.
+TEST(Bf16, SpanFormsGiveTheScalarBitsForEveryValue) {
+  std::vector<uint16_t> all(65536);
+  std::iota(all.begin(), all.end(), uint16_t{0});
+  std::vector<float> wide(all.size() + 1);
+  FromBf16(all, wide.data() + 1);
+  for (uint32_t h = 0; h < all.size(); ++h) {
+    ASSERT_EQ(Bits(wide[h + 1]), Bits(FromBf16(static_cast<uint16_t>(h)))) << h;
+  }
+  std::vector<float> in;
+  for (uint32_t low :
+       {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xc000u, 0xffffu}) {
+    for (uint32_t high = 0; high < 65536; ++high) {
+      in.push_back(FromBits(high << 16 | low));
+    }
+  }
+  std::vector<uint16_t> half(in.size());
+  ToBf16(std::span<const float>(in).subspan(1), half.data() + 1);
+  for (size_t i = 1; i < in.size(); ++i) {
+    ASSERT_EQ(half[i], ToBf16(in[i])) << std::hex << Bits(in[i]);
+  }
+  for (size_t n = 0; n <= 70; ++n) {
+    std::vector<uint16_t> out(n + 1, 0x1234);
+    ToBf16(std::span<const float>(in).subspan(3 * 65536 + 12345, n),
+           out.data());
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(out[i], ToBf16(in[3 * 65536 + 12345 + i])) << n << " " << i;
+    }
+    EXPECT_EQ(out[n], 0x1234) << "wrote past " << n;
+    std::vector<float> back(n + 1, 7.0f);
+    FromBf16(std::span<const uint16_t>(out).first(n), back.data());
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(Bits(back[i]), Bits(FromBf16(out[i]))) << n << " " << i;
+    }
+    EXPECT_EQ(back[n], 7.0f) << "wrote past " << n;
+  }
+}
+
 TEST(RequestCutter, Bf16PushFrameCarriesHalfTheBytesAndProvideStaysExact) {
   std::vector<float> grad(4096);
   for (size_t i = 0; i < grad.size(); ++i) grad[i] = 1.0f + i * 1e-4f;

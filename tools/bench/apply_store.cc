@@ -8,6 +8,11 @@
 // blocks of 65536 floats (the client's 4 MiB cut). Goodput counts gradient
 // bytes applied (4 * floats per round). Prints
 //   "apply_store GB/s X threads T | GB/s Y threads 1 | ratio R".
+// Then, with --optimizer adam, the optimizer's loop alone (one thread) on
+// state where a tenth of the first moments are subnormal, as those of
+// weights whose input stays zero for a while become, against the same
+// state with none (training makes them; the shard takes them as zero):
+//   "apply_subnormal GB/s X a tenth subnormal | GB/s Y none | ratio R".
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -60,6 +65,30 @@ double Time(tether::OptimizerOptions optimizer, uint64_t floats, int threads,
   return tether::bench::Summarize(times).median;
 }
 
+// Seconds per Adam update of `floats` weights (the median of `rounds`),
+// the first moment of every tenth weight `m0`, the others 1e-4.
+double TimeUpdate(const tether::Optimizer& adam, uint64_t floats, float m0,
+                  int rounds) {
+  std::vector<float> w(floats, 0.5f), g(floats, 1e-3f), slots(2 * floats);
+  for (uint64_t i = 0; i < floats; ++i) {
+    slots[i] = i % 10 == 0 ? m0 : 1e-4f;
+    slots[floats + i] = 1e-6f;
+  }
+  std::vector<float> w_out(floats), slots_out(2 * floats);
+  std::vector<double> times;
+  for (int r = 0; r <= rounds; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    // Out of place: every round starts from the same state.
+    (void)adam.Update(w, slots, g, w_out, slots_out, 10);
+    if (r > 0) {
+      times.push_back(std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count());
+    }
+  }
+  return tether::bench::Summarize(times).median;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,5 +127,18 @@ int main(int argc, char** argv) {
   std::printf(
       "apply_store GB/s %.2f threads %d | GB/s %.2f threads 1 | ratio %.2f\n",
       bytes / t_many / 1e9, resolved, bytes / t_one / 1e9, t_one / t_many);
+  if (o.kind != tether::OptimizerKind::kAdam) return 0;
+  const tether::Optimizer adam(o);
+  std::vector<double> subnormal, normal;
+  for (int i = 0; i < 3; ++i) {
+    subnormal.push_back(TimeUpdate(adam, floats, 1e-39f, rounds));
+    normal.push_back(TimeUpdate(adam, floats, 1e-4f, rounds));
+  }
+  const double t_sub = tether::bench::Summarize(subnormal).median;
+  const double t_normal = tether::bench::Summarize(normal).median;
+  std::printf(
+      "apply_subnormal GB/s %.2f a tenth subnormal | GB/s %.2f none | ratio "
+      "%.2f\n",
+      bytes / t_sub / 1e9, bytes / t_normal / 1e9, t_normal / t_sub);
   return 0;
 }
