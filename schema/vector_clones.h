@@ -2,9 +2,8 @@
 // three times, for x86-64's baseline (SSE2), AVX2 and AVX-512, and the
 // loader picks one by the CPU it runs on: for the loops over every value
 // of a push or a pull (the optimizers, the finiteness scan, the bfloat16
-// conversions). Nothing elsewhere: other compilers, other CPUs and
-// AddressSanitizer builds (which do not support the resolver) get the
-// function once, as written.
+// conversions). Other compilers, other CPUs and AddressSanitizer builds
+// get the function once, as written.
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \

@@ -151,7 +151,7 @@ TETHER_VECTOR_CLONES bool Optimizer::Update(
   const float* s = slots.data();
   float* s_out = out_slots.data();
 
-  const SubnormalsAsZero flush;
+  [[maybe_unused]] const SubnormalsAsZero flush;
   switch (options_.kind) {
     case OptimizerKind::kSgd:
       SgdLoop(n, w, g, w_out, lr);
