@@ -271,6 +271,7 @@ TEST(Bf16, SpanFormsGiveTheScalarBitsForEveryValue) {
     ASSERT_EQ(Bits(wide[h + 1]), Bits(FromBf16(static_cast<uint16_t>(h)))) << h;
   }
   std::vector<float> in;
+  in.reserve(7 * 65536);
   for (uint32_t low :
        {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xc000u, 0xffffu}) {
     for (uint32_t high = 0; high < 65536; ++high) {

@@ -27,7 +27,23 @@ namespace {
 
 using tether::ParamStore;
 
-// Seconds per round, the median of `rounds` after one untimed.
+// Seconds `round()` takes, the median of `rounds` after one untimed.
+template <typename Round>
+double MedianSeconds(int rounds, Round round) {
+  std::vector<double> times;
+  for (int r = 0; r <= rounds; ++r) {
+    auto start = std::chrono::steady_clock::now();
+    round();
+    if (r > 0) {
+      times.push_back(std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count());
+    }
+  }
+  return tether::bench::Summarize(times).median;
+}
+
+// Seconds per round of pushes applied, as MedianSeconds.
 double Time(tether::OptimizerOptions optimizer, uint64_t floats, int threads,
             int rounds) {
   constexpr uint32_t kBlock = 65536, kPerFrame = 16;
@@ -41,9 +57,7 @@ double Time(tether::OptimizerOptions optimizer, uint64_t floats, int threads,
   std::vector<float> grad(floats, 1e-3f);
   const uint32_t blocks = (floats + kBlock - 1) / kBlock;
   std::vector<ParamStore::BlockGrad> frame;
-  std::vector<double> times;
-  for (int r = 0; r <= rounds; ++r) {
-    auto start = std::chrono::steady_clock::now();
+  return MedianSeconds(rounds, [&] {
     for (uint32_t first = 0; first < blocks; first += kPerFrame) {
       frame.clear();
       for (uint32_t b = first; b < std::min(blocks, first + kPerFrame); ++b) {
@@ -56,13 +70,7 @@ double Time(tether::OptimizerOptions optimizer, uint64_t floats, int threads,
         std::exit(1);
       }
     }
-    if (r > 0) {
-      times.push_back(std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - start)
-                          .count());
-    }
-  }
-  return tether::bench::Summarize(times).median;
+  });
 }
 
 // Seconds per Adam update of `floats` weights (the median of `rounds`),
@@ -75,18 +83,9 @@ double TimeUpdate(const tether::Optimizer& adam, uint64_t floats, float m0,
     slots[floats + i] = 1e-6f;
   }
   std::vector<float> w_out(floats), slots_out(2 * floats);
-  std::vector<double> times;
-  for (int r = 0; r <= rounds; ++r) {
-    auto start = std::chrono::steady_clock::now();
-    // Out of place: every round starts from the same state.
-    (void)adam.Update(w, slots, g, w_out, slots_out, 10);
-    if (r > 0) {
-      times.push_back(std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - start)
-                          .count());
-    }
-  }
-  return tether::bench::Summarize(times).median;
+  // Out of place: every round starts from the same state.
+  return MedianSeconds(
+      rounds, [&] { (void)adam.Update(w, slots, g, w_out, slots_out, 10); });
 }
 
 }  // namespace
