@@ -158,9 +158,9 @@ OutFrame MakeHelloFrame(const HelloFields& h) {
   auto serving =
       h.serving_run_id.empty() ? 0 : fbb.CreateString(h.serving_run_id);
   auto manifest = h.manifest.empty() ? 0 : fbb.CreateString(h.manifest);
-  auto hello = wire::CreateHello(fbb, kProtocolVersion, h.role, h.rank,
-                                 h.staleness, h.shard_id, address, proof, name,
-                                 h.clock, nonce, command, serving, manifest);
+  auto hello = wire::CreateHello(
+      fbb, kProtocolVersion, h.role, h.rank, h.staleness, h.shard_id, address,
+      proof, name, h.clock, nonce, command, serving, manifest, h.direct_pid);
   return FinishFrame(fbb, hello);
 }
 

@@ -1,5 +1,7 @@
 #include "server/session.h"
 
+#include <optional>
+
 #include "schema/log.h"
 #include "schema/stats_frame.h"
 
@@ -26,12 +28,26 @@ uint64_t RequestIdOf(const wire::Message& m) {
   return 0;
 }
 
+// The ends of `stream` over plain TCP; nullopt over TLS or when the socket
+// cannot say.
+std::optional<SocketEnds> EndsOf(const Stream& stream) {
+  if (stream.tls()) return std::nullopt;
+  boost::system::error_code local_ec, remote_ec;
+  SocketEnds ends;
+  ends.local = stream.socket().local_endpoint(local_ec);
+  ends.remote = stream.socket().remote_endpoint(remote_ec);
+  if (local_ec || remote_ec) return std::nullopt;
+  return ends;
+}
+
 }  // namespace
 
 Session::Session(Stream stream, const ConnectionOptions& options,
                  std::shared_ptr<const AuthKey> key, Shard* shard,
-                 Coordinator* coordinator, Monitor* monitor)
-    : shard_(shard),
+                 Coordinator* coordinator, Monitor* monitor, bool direct_reads)
+    : ends_(EndsOf(stream)),
+      direct_reads_(direct_reads),
+      shard_(shard),
       coordinator_(coordinator),
       monitor_(monitor),
       conn_(std::make_shared<Connection>(std::move(stream), options)),
@@ -70,10 +86,26 @@ void Session::Deliver(Frame frame) {
   if (message.body_type() == wire::Body::Hello) {
     return conn_->Send(MakeErrorFrame(0, ProtocolError("duplicate Hello")));
   }
+  if (const wire::Push* push = message.body_as_Push();
+      push != nullptr && IsDirectPush(*push)) {
+    // Read from the worker's memory: the frame it stands for goes on as if
+    // it had come so.
+    Result<Frame> read =
+        direct_pid_ == 0
+            ? Result<Frame>(ProtocolError(
+                  "this connection's pushes must carry their floats: the "
+                  "shard does not read them from its worker's memory"))
+            : ReadDirectPush(direct_pid_, *push, shard_->max_frame_bytes());
+    if (!read.ok()) {
+      return conn_->Send(MakeErrorFrame(push->request_id(), read.status()));
+    }
+    frame = std::move(*read);
+  }
+  const wire::Message& request = *frame.message();
   if (peer_.role == wire::Role::Worker && shard_->replaying()) {
     // A replay takes a worker's pushes, pulls, clocks and data requests in
     // their recorded order; the frame waits with them.
-    if (std::optional<RecordedEvent> e = EventOf(peer_.rank, message)) {
+    if (std::optional<RecordedEvent> e = EventOf(peer_.rank, request)) {
       auto held = std::make_shared<Frame>(std::move(frame));
       auto self = shared_from_this();
       return shard_->InOrder(
@@ -82,7 +114,7 @@ void Session::Deliver(Frame frame) {
           [self, held] { self->Unordered(*held->message()); });
     }
   }
-  Dispatch(message);
+  Dispatch(request);
 }
 
 void Session::Unordered(const wire::Message& message) {
@@ -265,6 +297,7 @@ void Session::OnHello(const wire::Hello& hello) {
           hello.serving_run_id() ? hello.serving_run_id()->str() : "");
     }
     case wire::Role::Worker: {
+      if (hello.direct_pid() > 0) TakeDirectOffer(hello.direct_pid());
       peer_.staleness =
           EffectiveStaleness(hello.staleness(), settings.max_staleness);
       int rank = hello.rank();
@@ -303,6 +336,23 @@ void Session::OnHello(const wire::Hello& hello) {
       return Refuse(InvalidArgument(
           "unknown role " + std::to_string(static_cast<int>(hello.role()))));
   }
+}
+
+void Session::TakeDirectOffer(int pid) {
+  Status checked =
+      !direct_reads_ ? Unavailable("the shard runs with --direct-reads=false")
+      : ends_        ? CheckPeerProcess(pid, *ends_)
+              : Unavailable("not a plain TCP connection with known ends");
+  if (!checked.ok()) {
+    TETHER_LOG(kInfo) << conn_->peer() << " offered to have its pushes read "
+                      << "from process " << pid
+                      << "; they travel over TCP: " << checked.message();
+    return;
+  }
+  direct_pid_ = pid;
+  peer_.direct = true;
+  TETHER_LOG(kInfo) << conn_->peer() << " is process " << pid
+                    << " on this host: its pushes are read from its memory";
 }
 
 OutFrame Session::MakeWelcome(int rank, int staleness) const {

@@ -11,6 +11,7 @@
 #include "schema/auth.h"
 #include "schema/connection.h"
 #include "server/coordinator.h"
+#include "server/direct_read.h"
 #include "server/monitor.h"
 #include "server/shard.h"
 
@@ -20,10 +21,12 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   // `shard` must outlive the session; `coordinator` and `monitor` (which
   // takes the figures other shards send) are null except on shard 0. With
-  // `key`, the peer must prove it holds the key (schema/auth.h).
+  // `key`, the peer must prove it holds the key (schema/auth.h). With
+  // `direct_reads`, a worker on this host that offers its process id has
+  // its pushes read from its memory (server/direct_read.h).
   Session(Stream stream, const ConnectionOptions& options,
           std::shared_ptr<const AuthKey> key, Shard* shard,
-          Coordinator* coordinator, Monitor* monitor);
+          Coordinator* coordinator, Monitor* monitor, bool direct_reads = true);
 
   void Start();
   void Close();
@@ -39,6 +42,9 @@ class Session : public std::enable_shared_from_this<Session> {
   // A data request a replay does not order (Shard::InOrder's `unordered`).
   void Unordered(const wire::Message& message);
   void OnHello(const wire::Hello& hello);
+  // A worker's Hello offered its process id: taken when that process
+  // holds the other end of this connection.
+  void TakeDirectOffer(int pid);
   void OnDataRequest(const wire::DataRequest& request);
   void OnShareRequest(const wire::ShareRequest& request);
   void OnClosed(const Status& why);
@@ -46,6 +52,10 @@ class Session : public std::enable_shared_from_this<Session> {
   OutFrame MakeWelcome(int rank, int staleness) const;
 
   // Constant after construction.
+  // The connection's ends over plain TCP; nullopt over TLS or once the
+  // socket could not say (direct reads are then never offered).
+  const std::optional<SocketEnds> ends_;
+  const bool direct_reads_;
   Shard* const shard_;
   Coordinator* const coordinator_;
   Monitor* const monitor_;
@@ -53,6 +63,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Touched on the connection's strand only.
   bool hello_done_ = false;
+  // The worker process whose pushes are read from its memory (its
+  // Hello.direct_pid, checked); 0: none, its pushes carry their floats.
+  int direct_pid_ = 0;
   ShardAuth auth_;
   PeerInfo peer_;
 };

@@ -578,8 +578,8 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
     lock.Unlock();
     if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
     flatbuffers::FlatBufferBuilder fbb(64);
-    return conn.Send(
-        FinishFrame(fbb, wire::CreatePushAck(fbb, m.request_id(), 0)));
+    return conn.Send(FinishFrame(
+        fbb, wire::CreatePushAck(fbb, m.request_id(), 0, peer.direct)));
   }
   std::vector<uint32_t> blocks;
   if (!m.sparse()) {
@@ -641,8 +641,8 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   lock.Unlock();
   if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
   flatbuffers::FlatBufferBuilder fbb(64);
-  conn.Send(
-      FinishFrame(fbb, wire::CreatePushAck(fbb, m.request_id(), staleness)));
+  conn.Send(FinishFrame(
+      fbb, wire::CreatePushAck(fbb, m.request_id(), staleness, peer.direct)));
 }
 
 Status Shard::ProvideLocked(const wire::Push& m) {

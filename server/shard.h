@@ -40,6 +40,9 @@ struct PeerInfo {
   int rank = -1;       // workers only
   int staleness = -1;  // the bound enforced for this peer; -1 none
   std::string name;    // for logs
+  // A worker on this host whose pushes may be read from its memory
+  // (server/direct_read.h); said in every PushAck.
+  bool direct = false;
 };
 
 class Shard {
@@ -51,6 +54,9 @@ class Shard {
   // peer cannot make the shard build a frame nobody can receive.
   Shard(int shard_id, RunSettings settings,
         size_t max_frame_bytes = kDefaultMaxFrameBytes);
+
+  // The frame limit the shard was made with.
+  size_t max_frame_bytes() const { return max_frame_bytes_; }
 
   int shard_id() const { return shard_id_; }
   const RunSettings& settings() const { return settings_; }

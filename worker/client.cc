@@ -115,8 +115,29 @@ struct Client::Impl {
   // Whether values travel as bfloat16 (ClientOptions::wire_dtype).
   bool bf16() const { return options.wire_dtype == WireDtype::kBf16; }
 
+  // Sends the part of a dense push (or provide) of `grad` to `shard` that
+  // holds `blocks`; its answer finishes `fanout`. `direct`: the floats are
+  // named by address (PushBlocksFrame); should the shard not take that
+  // (kProtocol: it cannot read this process), the part goes again with
+  // its floats, and so do later pushes to that shard until an answer
+  // says it reads them. The highest staleness acknowledged is kept in
+  // `max_staleness`.
+  void SendDensePart(int shard, uint32_t tensor, int64_t read_clock,
+                     bool provide, std::vector<uint32_t> blocks,
+                     std::span<const float> grad,
+                     std::shared_ptr<Fanout> fanout, bool direct,
+                     std::atomic<int64_t>* max_staleness);
+  // Whether pushes to `shard` may name their floats by address: its last
+  // answer said so (PushAck.direct).
+  bool DirectTo(int shard) const {
+    return options.direct_pushes && !bf16() && direct_to &&
+           direct_to[shard].load(std::memory_order_relaxed);
+  }
+
   const ClientOptions options;
   WelcomeInfo welcome;  // written by Connect() only
+  // Per shard, from its latest PushAck (see DirectTo); sized by Connect().
+  std::unique_ptr<std::atomic<bool>[]> direct_to;
   std::atomic<int64_t> clock{0};
   std::atomic<int64_t> read_clock{0};
   // The clock the last PrefetchAsync was for; Clock() reaching it makes
@@ -230,6 +251,7 @@ Result<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   }
   c.clock = c.welcome.clock;
   c.read_clock = c.welcome.clock;
+  c.direct_to = std::make_unique<std::atomic<bool>[]>(c.welcome.num_shards);
   c.links.Welcomed(c.welcome.rank, c.welcome.heartbeat_ms,
                    c.welcome.silence_ms);
   return std::unique_ptr<Client>(new Client(std::move(impl)));
@@ -375,28 +397,53 @@ void Client::PushDense(const std::string& name, std::span<const float> grad,
   int64_t read_clock = c.options.observer ? -1 : c.read_clock.load();
   auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
   for (auto& [shard, blocks] : *parts) {
-    uint64_t request = c.links.NextId();
-    // The gradient is sent from the caller's buffer, which stays valid
-    // until `done` runs (after every part is acknowledged).
-    OutFrame frame = PushBlocksFrame(request, meta->id, read_clock, provide,
-                                     blocks, bs, grad, c.bf16());
-    c.links.Send(
-        shard, request, std::move(frame),
-        [this, fanout](const wire::Message* m, const Status& e) {
-          if (m == nullptr) return fanout->Finish(e);
-          if (const wire::PushAck* ack = m->body_as_PushAck()) {
-            int64_t s = ack->staleness();
-            int64_t seen = max_push_staleness_.load();
-            while (s > seen &&
-                   !max_push_staleness_.compare_exchange_weak(seen, s)) {
-            }
-            return fanout->Finish(Status::Ok());
-          }
-          fanout->Finish(
-              ProtocolError("push answered with " +
-                            std::string(wire::EnumNameBody(m->body_type()))));
-        });
+    // The gradient is sent (or read by the shard) from the caller's
+    // buffer, which stays valid and unchanged until `done` runs (after
+    // every part is acknowledged).
+    c.SendDensePart(shard, meta->id, read_clock, provide, std::move(blocks),
+                    grad, fanout, !provide && c.DirectTo(shard),
+                    &max_push_staleness_);
   }
+}
+
+void Client::Impl::SendDensePart(int shard, uint32_t tensor, int64_t read_clock,
+                                 bool provide, std::vector<uint32_t> blocks,
+                                 std::span<const float> grad,
+                                 std::shared_ptr<Fanout> fanout, bool direct,
+                                 std::atomic<int64_t>* max_staleness) {
+  uint64_t request = links.NextId();
+  OutFrame frame = PushBlocksFrame(request, tensor, read_clock, provide, blocks,
+                                   welcome.block_size, grad, bf16(), direct);
+  if (!direct) blocks.clear();  // kept only to send again
+  links.Send(
+      shard, request, std::move(frame),
+      [this, shard, tensor, read_clock, provide, blocks = std::move(blocks),
+       grad, fanout, direct,
+       max_staleness](const wire::Message* m, const Status& e) mutable {
+        if (m == nullptr) {
+          if (direct && e.code() == Code::kProtocol) {
+            TETHER_LOG(kInfo) << "shard " << shard << " does not read "
+                              << "pushes from this process (" << e.message()
+                              << "): they go over TCP";
+            direct_to[shard] = false;
+            return SendDensePart(shard, tensor, read_clock, provide,
+                                 std::move(blocks), grad, std::move(fanout),
+                                 false, max_staleness);
+          }
+          return fanout->Finish(e);
+        }
+        if (const wire::PushAck* ack = m->body_as_PushAck()) {
+          direct_to[shard] = ack->direct();
+          int64_t s = ack->staleness();
+          int64_t seen = max_staleness->load();
+          while (s > seen && !max_staleness->compare_exchange_weak(seen, s)) {
+          }
+          return fanout->Finish(Status::Ok());
+        }
+        fanout->Finish(
+            ProtocolError("push answered with " +
+                          std::string(wire::EnumNameBody(m->body_type()))));
+      });
 }
 
 Status Client::Push(const std::string& name, std::span<const float> grad) {

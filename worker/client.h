@@ -19,7 +19,9 @@
 // Each operation has an asynchronous form taking a callback, which runs on
 // one of the client's I/O threads (keep it short; never call a blocking
 // form from it), and a blocking form returning the Status. Buffers passed to an
-// asynchronous call must stay valid until its callback has run.
+// asynchronous call must stay valid until its callback has run; a pushed
+// one also unchanged, since a shard on this host may read it from this
+// process's memory until then (ClientOptions::direct_pushes).
 //
 // Thread-safe: requests may be issued from several threads. A worker's
 // Clock() is ordered after every Push issued before it by the same thread,
@@ -87,6 +89,13 @@ struct ClientOptions {
   // the shards keep f32 weights and optimizer state. Initial values a
   // worker provides always travel as f32.
   WireDtype wire_dtype = WireDtype::kF32;
+  // A worker on a shard's host offers that shard its process id: once the
+  // shard has checked that this process holds the other end of the
+  // connection, f32 gradients are not sent but read by the shard from
+  // this process's memory (process_vm_readv), which spares both sides the
+  // kernel's TCP path. Where the shard cannot (another host or container,
+  // no permission) pushes travel over TCP as usual. false: always TCP.
+  bool direct_pushes = true;
   int connect_timeout_ms = 10000;  // per shard, retrying refused connects
   int join_timeout_ms = 600000;    // for the coordinator's Welcome
   // Heartbeats to every shard (so an idle connection is not closed) until

@@ -140,6 +140,47 @@ class DenseTrainer {
     return Status::Ok();
   }
 
+  // The spare buffers, one per spec of its weights' size, and no early
+  // prefetch yet.
+  void PrepareSpares() {
+    const auto& specs = model_.specs();
+    spare_.resize(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      spare_[i].resize(model_.weights()[i].size());
+    }
+    early_.clear();
+    early_.resize(specs.size());
+  }
+
+  // Once spec i's weights for this step are in: prefetches its weights
+  // for the next step into its spare buffer (which held the step before's,
+  // done with).
+  void PrefetchOne(size_t i) {
+    early_[i] = StartOne([&](auto done) {
+      client_.PrefetchAsync(model_.specs()[i].name, spare_[i], done);
+    });
+  }
+
+  // After the step: the early prefetches become the next step's pulls when
+  // the step went through and every spec's was asked for; otherwise they
+  // are waited out (their buffers free again) and the next step pulls anew.
+  void TakeEarlyPrefetches(bool step_ok) {
+    const bool all = std::all_of(early_.begin(), early_.end(),
+                                 [](const auto& f) { return f.valid(); });
+    if (!step_ok || !all || pulled_at_ > client_.clock()) {
+      for (auto& f : early_) {
+        if (f.valid()) (void)f.get();
+      }
+      early_.clear();
+      return;
+    }
+    pulls_ = std::move(early_);
+    early_.clear();
+    prefetched_ = true;
+    into_spare_ = true;
+    pulled_at_ = client_.clock() + 1;
+  }
+
   // Waits for the pulls in flight and forgets them: the weights hold no
   // pull's values for the step.
   void DropPulls() {
@@ -187,19 +228,23 @@ class DenseTrainer {
     // Weights read at another clock (the worker idled, or was moved ahead)
     // or none at all (the first batch, a failed pull): pulled now.
     if (pulled_at_ != client_.clock()) StartPulls(/*prefetched=*/false);
+    // Pipelined (and not slowed), each layer's next weights are asked for
+    // as soon as this step's are in: the shard answers while this step's
+    // forward and backward go on. They are read after this worker's pushes
+    // of the step before, as a prefetch after forward would be.
+    const bool prefetch_early = pipelined_ && o_.slowdown <= 1;
+    if (prefetch_early) PrepareSpares();
     StepHooks hooks;
-    hooks.weights_needed = [this](size_t layer) -> Status {
-      TETHER_RETURN_IF_ERROR(AwaitPull(2 * layer));
-      return AwaitPull(2 * layer + 1);
+    hooks.weights_needed = [this, prefetch_early](size_t layer) -> Status {
+      for (size_t i : {2 * layer, 2 * layer + 1}) {
+        TETHER_RETURN_IF_ERROR(AwaitPull(i));
+        if (prefetch_early) PrefetchOne(i);
+      }
+      return Status::Ok();
     };
     // A diverged model stops before any of its gradients is sent.
     hooks.loss_known = [this, epoch](float loss) {
-      TETHER_RETURN_IF_ERROR(CheckLoss(loss, client_, epoch));
-      if (!pipelined_) return Status::Ok();
-      // A slowed worker prefetches after its sleep: weights read before it
-      // would miss what the others pushed meanwhile.
-      if (o_.slowdown <= 1) return StartPrefetch();
-      return Status::Ok();
+      return CheckLoss(loss, client_, epoch);
     };
     // Sent, not awaited: the clock follows them on every connection, and
     // its acknowledgements come after theirs (a shard answers a connection
@@ -218,6 +263,7 @@ class DenseTrainer {
     // These weights are this step's; the next needs new ones (unless they
     // were prefetched).
     if (pulled_at_ <= client_.clock()) DropPulls();
+    if (prefetch_early) TakeEarlyPrefetches(loss.ok());
     if (!loss.ok()) return loss.status();
     SlowDown(o_.slowdown, SecondsSince(compute_start) -
                               (reporter_.waited() - waited_before));
@@ -324,6 +370,9 @@ class DenseTrainer {
   // Whether pulls_ fill spare_ (StartPrefetch) rather than the weights.
   bool into_spare_ = false;
   std::vector<std::vector<float>> spare_;
+  // Pipelined: the next step's weights, asked for spec by spec during this
+  // step's forward (PrefetchOne); invalid where not asked yet.
+  std::vector<std::future<Status>> early_;
   std::vector<float> batch_x_;
   std::vector<int32_t> batch_y_;
   // The batch Step computed, counted by AfterClock once it is clocked.

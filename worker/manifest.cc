@@ -59,7 +59,8 @@ std::string WorkerManifest(const TrainerOptions& o,
                         {"eval_every", o.eval_every},
                         {"data", o.data},
                         {"test_data", test},
-                        {"wire_dtype", o.wire_dtype}};
+                        {"wire_dtype", o.wire_dtype},
+                        {"direct_pushes", o.direct_pushes}};
   return json::serialize(json::object{{"program", "tether-worker"},
                                       {"version", TetherVersion()},
                                       {"commit", TetherCommit()},

@@ -84,10 +84,12 @@ OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
 OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
                          bool provide, const std::vector<uint32_t>& blocks,
                          uint32_t block_size, std::span<const float> values,
-                         bool bf16) {
+                         bool bf16, bool direct) {
   const uint32_t bs = block_size;
   bf16 = bf16 && !provide;  // initial values travel exact
-  auto fbb = MakeBuilder(256 + blocks.size() * (bs * (bf16 ? 2 : 4) + 32));
+  direct = direct && !bf16;
+  auto fbb = MakeBuilder(256 + blocks.size() *
+                                   ((direct ? 0 : bs * (bf16 ? 2 : 4)) + 48));
   FrameSplicer splicer(fbb);
   std::vector<flatbuffers::Offset<wire::Block>> out;
   out.reserve(blocks.size());
@@ -99,6 +101,12 @@ OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
       auto half_offset = fbb.CreateUninitializedVector(n, &half);
       ToBf16(values.subspan(first, n), half);
       out.push_back(wire::CreateBlock(fbb, b, 0, half_offset));
+      continue;
+    }
+    if (direct) {
+      out.push_back(wire::CreateBlock(
+          fbb, b, 0, 0, reinterpret_cast<uintptr_t>(values.data() + first),
+          static_cast<uint32_t>(n)));
       continue;
     }
     auto spliced = splicer.AddFloats(values.subspan(first, n));

@@ -63,10 +63,14 @@ OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
 // `provide`, as initial values. The floats are spliced in, not copied:
 // `values` must stay valid until the frame is sent. With `bf16` a gradient
 // goes as bfloat16 (converted into the frame); initial values never do.
+// With `direct` (f32 only) each block names where its floats lie in this
+// process instead (Block.address and count): the shard reads them from
+// here, so `values` must stay valid and unchanged until the push is
+// answered.
 OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
                          bool provide, const std::vector<uint32_t>& blocks,
                          uint32_t block_size, std::span<const float> values,
-                         bool bf16 = false);
+                         bool bf16 = false, bool direct = false);
 
 // Request `request`: the rows of `part.keys` of sparse table `table`, as
 // bfloat16 with `bf16`.

@@ -1,5 +1,7 @@
 #include "worker/shard_link.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/connect.hpp>
@@ -343,6 +345,9 @@ void ShardLinks::Greet(const std::shared_ptr<Link>& link, int rank,
   // A worker coming back after a lost connection says its clock, so the
   // shard does not hold it (and everyone) back at an older one.
   fields.clock = welcomed_ ? clock_.load() : -1;
+  if (!options_.observer && options_.direct_pushes && tls_ == nullptr) {
+    fields.direct_pid = static_cast<int>(::getpid());
+  }
   auto auth = std::make_shared<PeerAuth>(auth_key_);
   OutFrame hello = auth->First(std::move(fields));
   if (!auth_key_) return SendHello(link, std::move(hello), timeout_ms, done);
