@@ -3,6 +3,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -68,6 +69,13 @@ uint64_t SocketInode(const std::string& file, const std::string& from,
     if (fields && local == from && remote == to) return inode;
   }
   return 0;
+}
+
+// "0x..." for an address in another process.
+std::string AddressText(uint64_t address) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "0x%" PRIx64, address);
+  return text;
 }
 
 }  // namespace
@@ -147,16 +155,15 @@ Result<Frame> ReadDirectPush(int pid, const wire::Push& push,
     ssize_t got =
         want == 0 ? 0 : process_vm_readv(pid, &local, 1, &remote, 1, 0);
     if (got != static_cast<ssize_t>(want)) {
-      char where[32];
-      std::snprintf(where, sizeof(where), "0x%" PRIx64, block->address());
-      std::string why = got < 0 ? std::strerror(errno)
-                                : "read " + std::to_string(got) + " of " +
-                                      std::to_string(want) + " bytes";
-      std::string what = "push to block " + std::to_string(block->index()) +
-                         ": cannot read its " + std::to_string(block->count()) +
-                         " floats at " + where + " in worker process " +
-                         std::to_string(pid) + ": " + why;
-      if (got < 0 && errno == EFAULT) return InvalidArgument(what);
+      const int err = errno;
+      std::string what = "push to block " + std::to_string(block->index());
+      what += ": cannot read its " + std::to_string(block->count());
+      what += " floats at " + AddressText(block->address());
+      what += " in worker process " + std::to_string(pid) + ": ";
+      what += got < 0 ? std::strerror(err)
+                      : "read " + std::to_string(got) + " of " +
+                            std::to_string(want) + " bytes";
+      if (got < 0 && err == EFAULT) return InvalidArgument(what);
       return ProtocolError(what);
     }
     out.push_back(wire::CreateBlock(fbb, block->index(), values));
@@ -174,6 +181,45 @@ Result<Frame> ReadDirectPush(int pid, const wire::Push& push,
               frame.body_size());
   TETHER_RETURN_IF_ERROR(frame.Verify());
   return frame;
+}
+
+OutFrame WriteLanding(const Landing& landing, OutFrame reply) {
+  std::vector<iovec> local;
+  local.reserve(landing.pieces.size());
+  size_t total = 0;
+  for (const Landing::Piece& piece : landing.pieces) {
+    if (piece.values.empty()) continue;
+    local.push_back(
+        {const_cast<float*>(piece.values.data()), piece.values.size_bytes()});
+    total += piece.values.size_bytes();
+  }
+  size_t written = 0;
+  // At most IOV_MAX (1024) pieces a call.
+  for (size_t first = 0; first < local.size(); first += 1024) {
+    const size_t count = std::min<size_t>(1024, local.size() - first);
+    size_t bytes = 0;
+    for (size_t i = first; i < first + count; ++i) bytes += local[i].iov_len;
+    iovec remote{reinterpret_cast<void*>(  // NOLINT(performance-no-int-to-ptr)
+                     landing.address + written),
+                 bytes};
+    ssize_t got = process_vm_writev(landing.pid, local.data() + first, count,
+                                    &remote, 1, 0);
+    if (got != static_cast<ssize_t>(bytes)) {
+      const int err = errno;
+      std::string what =
+          "pull: cannot write its " + std::to_string(total / sizeof(float));
+      what += " floats at " + AddressText(landing.address);
+      what += " in worker process " + std::to_string(landing.pid) + ": ";
+      what += got < 0 ? std::strerror(err)
+                      : "wrote " + std::to_string(written + got) + " of " +
+                            std::to_string(total) + " bytes";
+      return MakeErrorFrame(landing.request_id, got < 0 && err == EFAULT
+                                                    ? InvalidArgument(what)
+                                                    : ProtocolError(what));
+    }
+    written += bytes;
+  }
+  return reply;
 }
 
 }  // namespace tether

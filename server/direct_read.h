@@ -1,10 +1,12 @@
-// Pushes read straight from a worker's memory when the worker runs on the
-// shard's host (Hello.direct_pid): the push frame names where each block's
-// floats lie in the worker's process, and the shard copies them with one
-// process_vm_readv instead of receiving them through the kernel's TCP
-// path. The worker's offer is taken only once the shard has checked that
-// the process it names holds the other end of the connection, so a peer
-// cannot point the shard at another process's memory.
+// Pushes read straight from a worker's memory, and pulls written straight
+// into it, when the worker runs on the shard's host (Hello.direct_pid): the
+// push frame names where each block's floats lie in the worker's process
+// and the shard copies them with one process_vm_readv; a pull names where
+// its values go (Pull.landing) and the shard writes them there with
+// process_vm_writev before it answers. Neither goes through the kernel's
+// TCP path. The worker's offer is taken only once the shard has checked
+// that the process it names holds the other end of the connection, so a
+// peer cannot point the shard at another process's memory.
 //
 // The floats are read when the shard takes the push, so the worker keeps
 // them unchanged until the push is answered (Client's contract). One case
@@ -18,6 +20,10 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
 
 #include "schema/frame.h"
 #include "schema/status.h"
@@ -50,5 +56,26 @@ bool IsDirectPush(const wire::Push& push);
 // name the block, the address and the reason.
 Result<Frame> ReadDirectPush(int pid, const wire::Push& push,
                              size_t max_frame_bytes);
+
+// Where the values of a pull's reply go in a same-host worker's memory
+// (Pull.landing), and what they are.
+struct Landing {
+  int pid = 0;
+  uint64_t request_id = 0;
+  uint64_t address = 0;
+  struct Piece {
+    std::shared_ptr<const void> owner;  // keeps `values` alive and unchanged
+    std::span<const float> values;
+  };
+  // Written one after another from `address` on.
+  std::vector<Piece> pieces;
+};
+
+// Writes `landing`'s values into its process and returns `reply`; or,
+// when they cannot all be written, an Error answering the request instead:
+// kInvalidArgument naming the address for one the process has not mapped,
+// kProtocol for another reason (the worker then pulls again without a
+// landing). Call with no lock held: it copies every value.
+OutFrame WriteLanding(const Landing& landing, OutFrame reply);
 
 }  // namespace tether

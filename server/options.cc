@@ -75,12 +75,13 @@ void Bind(FlagParser& p, ServerOptions& o) {
   p.AddInt("connect-timeout-ms", &o.connect_timeout_ms,
            "how long a shard keeps trying to reach the coordinator");
   p.AddBool("verbose", &o.verbose, "log debug lines");
-  p.AddBool("direct-reads", &o.direct_reads,
+  p.AddBool("direct-memory", &o.direct_memory,
             "a worker on this host that offers it (tether-worker "
-            "--direct-pushes) has its f32 gradients read from its memory "
-            "(process_vm_readv, once the shard has checked that the process "
-            "holds the other end of the connection) instead of received "
-            "over TCP; false: every push over TCP");
+            "--direct-memory) has its f32 gradients read from its memory "
+            "and its pulled weights written into it (process_vm_readv and "
+            "process_vm_writev, once the shard has checked that the process "
+            "holds the other end of the connection) instead of sent over "
+            "TCP; false: everything over TCP");
   p.AddInt("handshake-timeout-ms", &o.handshake_timeout_ms,
            "a connection that has not sent its Hello this long is closed");
   p.AddInt("idle-timeout-ms", &o.idle_timeout_ms,

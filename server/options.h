@@ -53,9 +53,10 @@ struct ServerOptions {
   uint64_t max_keys = uint64_t{1} << 20;  // --max-keys: per request
   int max_waiting = 4096;  // --max-waiting: held pulls per connection
   bool verbose = false;    // --verbose: debug logging
-  // --direct-reads: a worker on this host that offers it has its pushes
-  // read from its memory (server/direct_read.h); false: all over TCP.
-  bool direct_reads = true;
+  // --direct-memory: a worker on this host that offers it has its pushes
+  // read from its memory and its pulls written into it
+  // (server/direct_read.h); false: all over TCP.
+  bool direct_memory = true;
   // --auth-key-file: the run's shared key (schema/auth.h). Without one the
   // shard listens on loopback only, unless --insecure.
   std::string auth_key_file;

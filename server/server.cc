@@ -757,7 +757,7 @@ void Server::Admit(Stream stream) {
   auto session = std::make_shared<Session>(
       std::move(stream), session_options_, auth_key_, shard_.get(),
       coordinator_.get(), dashboard_ ? &dashboard_->monitor() : nullptr,
-      options_.direct_reads);
+      options_.direct_memory);
   {
     MutexLock lock(&sessions_mu_);
     sessions_.push_back(session);

@@ -44,9 +44,9 @@ std::optional<SocketEnds> EndsOf(const Stream& stream) {
 
 Session::Session(Stream stream, const ConnectionOptions& options,
                  std::shared_ptr<const AuthKey> key, Shard* shard,
-                 Coordinator* coordinator, Monitor* monitor, bool direct_reads)
+                 Coordinator* coordinator, Monitor* monitor, bool direct_memory)
     : ends_(EndsOf(stream)),
-      direct_reads_(direct_reads),
+      direct_memory_(direct_memory),
       shard_(shard),
       coordinator_(coordinator),
       monitor_(monitor),
@@ -85,6 +85,14 @@ void Session::Deliver(Frame frame) {
   }
   if (message.body_type() == wire::Body::Hello) {
     return conn_->Send(MakeErrorFrame(0, ProtocolError("duplicate Hello")));
+  }
+  if (const wire::Pull* pull = message.body_as_Pull();
+      pull != nullptr && pull->landing() != 0 && direct_pid_ == 0) {
+    return conn_->Send(MakeErrorFrame(
+        pull->request_id(),
+        ProtocolError("this connection's pulls are answered with their "
+                      "values: the shard does not write into its worker's "
+                      "memory")));
   }
   if (const wire::Push* push = message.body_as_Push();
       push != nullptr && IsDirectPush(*push)) {
@@ -340,8 +348,8 @@ void Session::OnHello(const wire::Hello& hello) {
 
 void Session::TakeDirectOffer(int pid) {
   Status checked =
-      !direct_reads_ ? Unavailable("the shard runs with --direct-reads=false")
-      : ends_        ? CheckPeerProcess(pid, *ends_)
+      !direct_memory_ ? Unavailable("the shard runs with --direct-memory=false")
+      : ends_         ? CheckPeerProcess(pid, *ends_)
               : Unavailable("not a plain TCP connection with known ends");
   if (!checked.ok()) {
     TETHER_LOG(kInfo) << conn_->peer() << " offered to have its pushes read "
@@ -350,7 +358,7 @@ void Session::TakeDirectOffer(int pid) {
     return;
   }
   direct_pid_ = pid;
-  peer_.direct = true;
+  peer_.direct_pid = pid;
   TETHER_LOG(kInfo) << conn_->peer() << " is process " << pid
                     << " on this host: its pushes are read from its memory";
 }

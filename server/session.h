@@ -22,11 +22,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // `shard` must outlive the session; `coordinator` and `monitor` (which
   // takes the figures other shards send) are null except on shard 0. With
   // `key`, the peer must prove it holds the key (schema/auth.h). With
-  // `direct_reads`, a worker on this host that offers its process id has
+  // `direct_memory`, a worker on this host that offers its process id has
   // its pushes read from its memory (server/direct_read.h).
   Session(Stream stream, const ConnectionOptions& options,
           std::shared_ptr<const AuthKey> key, Shard* shard,
-          Coordinator* coordinator, Monitor* monitor, bool direct_reads = true);
+          Coordinator* coordinator, Monitor* monitor, bool direct_memory = true);
 
   void Start();
   void Close();
@@ -55,7 +55,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // The connection's ends over plain TCP; nullopt over TLS or once the
   // socket could not say (direct reads are then never offered).
   const std::optional<SocketEnds> ends_;
-  const bool direct_reads_;
+  const bool direct_memory_;
   Shard* const shard_;
   Coordinator* const coordinator_;
   Monitor* const monitor_;

@@ -62,7 +62,11 @@ std::span<const T> ToSpan(const flatbuffers::Vector<T>* v) {
 }  // namespace
 
 Shard::Outbox::~Outbox() {
-  for (Reply& reply : replies_) reply.conn->Send(std::move(reply.frame));
+  for (Reply& reply : replies_) {
+    reply.conn->Send(reply.landing
+                         ? WriteLanding(*reply.landing, std::move(reply.frame))
+                         : std::move(reply.frame));
+  }
 }
 
 void Shard::Outbox::Add(std::vector<Reply> replies) {
@@ -315,31 +319,37 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
         clock, staleness,
         [this, conn, id = m.request_id(), tensor = m.tensor(),
          sparse = m.sparse(), bf16 = m.bf16(), blocks = std::move(blocks),
-         keys = std::move(keys), rank = peer.rank] {
+         keys = std::move(keys), rank = peer.rank, pid = peer.direct_pid,
+         landing = m.landing()] {
           mu_.AssertHeld();  // run by ClocksMovedLocked
           if (--waiting_by_conn_[conn.get()] <= 0) {
             waiting_by_conn_.erase(conn.get());
           }
           RecordLocked(
               {RecordedEvent::Kind::kPull, rank, clocks_.clock(rank), tensor});
-          OutFrame reply =
-              BuildPullReplyLocked(id, tensor, sparse, bf16, blocks, keys);
+          std::shared_ptr<const Landing> landed;
+          OutFrame reply = BuildPullReplyLocked(
+              id, tensor, sparse, bf16, blocks, keys, pid, landing, &landed);
           bytes_out_ += reply->size();
-          released_.push_back({conn, std::move(reply)});
+          released_.push_back({conn, std::move(reply), std::move(landed)});
         });
     return;
   }
   record();
-  OutFrame reply = BuildPullReplyLocked(m.request_id(), m.tensor(), m.sparse(),
-                                        m.bf16(), blocks, keys);
+  std::shared_ptr<const Landing> landed;
+  OutFrame reply =
+      BuildPullReplyLocked(m.request_id(), m.tensor(), m.sparse(), m.bf16(),
+                           blocks, keys, peer.direct_pid, m.landing(), &landed);
   bytes_out_ += reply->size();
-  out.Add(conn, std::move(reply));
+  out.Add(conn, std::move(reply), std::move(landed));
 }
 
 OutFrame Shard::BuildPullReplyLocked(uint64_t request_id, uint32_t tensor,
                                      bool sparse, bool bf16,
                                      const std::vector<uint32_t>& blocks,
-                                     const std::vector<uint64_t>& keys) {
+                                     const std::vector<uint64_t>& keys, int pid,
+                                     uint64_t landing,
+                                     std::shared_ptr<const Landing>* landed) {
   if (sparse) {
     auto dim = store_.TableDim(tensor);
     if (!dim.ok()) return MakeErrorFrame(request_id, dim.status());
@@ -380,9 +390,23 @@ OutFrame Shard::BuildPullReplyLocked(uint64_t request_id, uint32_t tensor,
   FrameSplicer splicer(fbb);
   std::vector<flatbuffers::Offset<wire::Block>> out;
   out.reserve(blocks.size());
+  std::shared_ptr<Landing> lands;
+  if (landing != 0 && pid > 0 && !bf16 && landed != nullptr) {
+    lands = std::make_shared<Landing>();
+    lands->pid = pid;
+    lands->request_id = request_id;
+    lands->address = landing;
+  }
   for (uint32_t index : blocks) {
     auto shared = store_.ShareBlock(tensor, index);
     if (!shared.ok()) return MakeErrorFrame(request_id, shared.status());
+    if (lands) {
+      // Written into the worker after the lock (WriteLanding).
+      const auto count = static_cast<uint32_t>(shared->values.size());
+      lands->pieces.push_back({std::move(shared->owner), shared->values});
+      out.push_back(wire::CreateBlock(fbb, index, 0, 0, 0, count, true));
+      continue;
+    }
     if (bf16) {
       uint16_t* half = nullptr;
       auto half_offset =
@@ -399,6 +423,7 @@ OutFrame Shard::BuildPullReplyLocked(uint64_t request_id, uint32_t tensor,
   b.add_request_id(request_id);
   b.add_blocks(blocks_offset);
   b.add_min_clock(clocks_.min_clock());
+  if (lands) *landed = std::move(lands);
   return splicer.Finish(b.Finish());
 }
 
@@ -579,7 +604,8 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
     if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
     flatbuffers::FlatBufferBuilder fbb(64);
     return conn.Send(FinishFrame(
-        fbb, wire::CreatePushAck(fbb, m.request_id(), 0, peer.direct)));
+        fbb,
+        wire::CreatePushAck(fbb, m.request_id(), 0, peer.direct_pid != 0)));
   }
   std::vector<uint32_t> blocks;
   if (!m.sparse()) {
@@ -641,8 +667,8 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   lock.Unlock();
   if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
   flatbuffers::FlatBufferBuilder fbb(64);
-  conn.Send(FinishFrame(
-      fbb, wire::CreatePushAck(fbb, m.request_id(), staleness, peer.direct)));
+  conn.Send(FinishFrame(fbb, wire::CreatePushAck(fbb, m.request_id(), staleness,
+                                                 peer.direct_pid != 0)));
 }
 
 Status Shard::ProvideLocked(const wire::Push& m) {

@@ -27,6 +27,7 @@
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
 #include "server/clock_table.h"
+#include "server/direct_read.h"
 #include "server/param_store.h"
 #include "server/recording.h"
 #include "server/run_settings.h"
@@ -40,9 +41,10 @@ struct PeerInfo {
   int rank = -1;       // workers only
   int staleness = -1;  // the bound enforced for this peer; -1 none
   std::string name;    // for logs
-  // A worker on this host whose pushes may be read from its memory
-  // (server/direct_read.h); said in every PushAck.
-  bool direct = false;
+  // A worker on this host whose pushes are read from its memory and whose
+  // pulls may be written into it (server/direct_read.h): its process id,
+  // checked; 0: none. Said in every PushAck.
+  int direct_pid = 0;
 };
 
 class Shard {
@@ -167,6 +169,8 @@ class Shard {
   struct Reply {
     std::shared_ptr<Connection> conn;
     OutFrame frame;
+    // A pull's values to write into its worker first (Pull.landing).
+    std::shared_ptr<const Landing> landing;
   };
   // Replies built under mu_, sent when the Outbox is destroyed. Declared
   // before the MutexLock of the same scope, it outlives the lock: nothing is
@@ -177,8 +181,10 @@ class Shard {
     Outbox(const Outbox&) = delete;
     Outbox& operator=(const Outbox&) = delete;
     ~Outbox();
-    void Add(std::shared_ptr<Connection> conn, OutFrame frame) {
-      replies_.push_back({std::move(conn), std::move(frame)});
+    void Add(std::shared_ptr<Connection> conn, OutFrame frame,
+             std::shared_ptr<const Landing> landing = nullptr) {
+      replies_.push_back(
+          {std::move(conn), std::move(frame), std::move(landing)});
     }
     void Add(std::vector<Reply> replies);
 
@@ -203,12 +209,15 @@ class Shard {
                 Connection& conn) TETHER_EXCLUDES(mu_);
 
   // Builds the reply to a pull (values as bfloat16 with `bf16`); an Error
-  // frame when it cannot be answered.
-  OutFrame BuildPullReplyLocked(uint64_t request_id, uint32_t tensor,
-                                bool sparse, bool bf16,
-                                const std::vector<uint32_t>& blocks,
-                                const std::vector<uint64_t>& keys)
-      TETHER_REQUIRES(mu_);
+  // frame when it cannot be answered. A dense f32 pull with a `landing` in
+  // the memory of worker process `pid` (PeerInfo::direct_pid) gets a reply
+  // of landed blocks, and *landed says what to write there before it is
+  // sent (WriteLanding, with no lock held).
+  OutFrame BuildPullReplyLocked(
+      uint64_t request_id, uint32_t tensor, bool sparse, bool bf16,
+      const std::vector<uint32_t>& blocks, const std::vector<uint64_t>& keys,
+      int pid = 0, uint64_t landing = 0,
+      std::shared_ptr<const Landing>* landed = nullptr) TETHER_REQUIRES(mu_);
   Status CheckReplySizeLocked(bool sparse, uint32_t tensor,
                               const std::vector<uint32_t>& blocks, size_t keys)
       TETHER_REQUIRES(mu_);

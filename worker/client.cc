@@ -93,6 +93,53 @@ Status Wait(int spin_us, const std::function<void(Client::Callback)>& start) {
   return answer->Get(spin_us);
 }
 
+// Buffers a shard on this host writes pull replies into (Pull.landing).
+// The shard writes before it answers, so a buffer whose pull was answered
+// (values or error) is free again; one whose pull ended otherwise (a
+// dropped connection, while a stalled shard may still write into it) is
+// never reused or freed.
+class LandingPool {
+ public:
+  // Shared only to fit in a copyable handler; one holder at a time.
+  using Buffer = std::shared_ptr<std::vector<float>>;
+
+  // A buffer of `n` floats.
+  Buffer Take(size_t n) TETHER_EXCLUDES(mu_) {
+    Buffer buffer;
+    {
+      MutexLock lock(&mu_);
+      auto fits =
+          std::find_if(free_.begin(), free_.end(),
+                       [n](const Buffer& b) { return b->capacity() >= n; });
+      if (fits != free_.end()) {
+        buffer = std::move(*fits);
+        free_.erase(fits);
+      }
+    }
+    if (!buffer) buffer = std::make_shared<std::vector<float>>();
+    buffer->resize(n);
+    return buffer;
+  }
+  // `buffer`, which no shard writes into any more, may serve again.
+  void Give(Buffer buffer) TETHER_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    if (free_.size() < kKept) free_.push_back(std::move(buffer));
+  }
+  // `buffer` may still be written into by a shard.
+  static void Abandon(Buffer buffer) {
+    static Mutex mu;
+    // Never destroyed: outlives every client.
+    static auto* abandoned = new std::vector<Buffer>;
+    MutexLock lock(&mu);
+    abandoned->push_back(std::move(buffer));
+  }
+
+ private:
+  static constexpr size_t kKept = 32;
+  Mutex mu_;
+  std::vector<Buffer> free_ TETHER_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 struct Client::Impl {
@@ -127,10 +174,20 @@ struct Client::Impl {
                      std::span<const float> grad,
                      std::shared_ptr<Fanout> fanout, bool direct,
                      std::atomic<int64_t>* max_staleness);
-  // Whether pushes to `shard` may name their floats by address: its last
-  // answer said so (PushAck.direct).
+  // Sends the part of a dense pull into `out` that `shard` holds
+  // (`blocks`); its answer finishes `fanout`. `land`: the shard writes the
+  // values into a buffer of this process (Pull.landing) that are copied to
+  // `out` when it answers, instead of sending them; should it not (kProtocol),
+  // the part is asked for again without, and so are later pulls from that
+  // shard until a PushAck says it takes this process's memory.
+  void SendPullPart(int shard, uint32_t tensor, std::vector<uint32_t> blocks,
+                    int64_t for_clock, std::span<float> out,
+                    std::shared_ptr<Fanout> fanout, bool land);
+  // Whether pushes to `shard` may name their floats by address, and pulls
+  // from it land in this process's memory: its last answer to a push said
+  // so (PushAck.direct).
   bool DirectTo(int shard) const {
-    return options.direct_pushes && !bf16() && direct_to &&
+    return options.direct_memory && !bf16() && direct_to &&
            direct_to[shard].load(std::memory_order_relaxed);
   }
 
@@ -138,6 +195,7 @@ struct Client::Impl {
   WelcomeInfo welcome;  // written by Connect() only
   // Per shard, from its latest PushAck (see DirectTo); sized by Connect().
   std::unique_ptr<std::atomic<bool>[]> direct_to;
+  LandingPool landings;
   std::atomic<int64_t> clock{0};
   std::atomic<int64_t> read_clock{0};
   // The clock the last PrefetchAsync was for; Clock() reaching it makes
@@ -320,19 +378,69 @@ void Client::Impl::Pull(const std::string& name, std::span<float> out,
   if (for_clock < 0) read_clock = clock.load();
   auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
   for (auto& [shard, blocks] : *parts) {
-    uint64_t request = links.NextId();
-    links.Send(shard, request,
-               PullBlocksFrame(request, meta->id, blocks, bf16(), for_clock),
-               [fanout, out, bs](const wire::Message* m, const Status& e) {
-                 if (m == nullptr) return fanout->Finish(e);
-                 const wire::PullReply* reply = m->body_as_PullReply();
-                 if (reply == nullptr) {
-                   return fanout->Finish(
-                       ProtocolError("pull answered without blocks"));
-                 }
-                 fanout->Finish(CopyPulledBlocks(*reply, bs, out));
-               });
+    SendPullPart(shard, meta->id, std::move(blocks), for_clock, out, fanout,
+                 DirectTo(shard));
   }
+}
+
+void Client::Impl::SendPullPart(int shard, uint32_t tensor,
+                                std::vector<uint32_t> blocks, int64_t for_clock,
+                                std::span<float> out,
+                                std::shared_ptr<Fanout> fanout, bool land) {
+  const uint32_t bs = welcome.block_size;
+  LandingPool::Buffer landing;
+  if (land) {
+    size_t floats = 0;
+    for (uint32_t b : blocks) {
+      const uint64_t first = uint64_t{b} * bs;
+      if (first < out.size())
+        floats += std::min<uint64_t>(bs, out.size() - first);
+    }
+    landing = landings.Take(floats);
+  }
+  uint64_t request = links.NextId();
+  OutFrame frame = PullBlocksFrame(
+      request, tensor, blocks, bf16(), for_clock,
+      landing ? reinterpret_cast<uintptr_t>(landing->data()) : 0);
+  if (!landing) blocks.clear();  // kept only to ask again
+  // A link that is down fails the request at once, on this thread, before
+  // Send returns: the frame never left.
+  auto sent = std::make_shared<std::atomic<bool>>(false);
+  links.Send(
+      shard, request, std::move(frame),
+      [this, shard, tensor, blocks = std::move(blocks), for_clock, out, fanout,
+       landing = std::move(landing), sent, caller = std::this_thread::get_id()](
+          const wire::Message* m, const Status& e) mutable {
+        if (m == nullptr) {
+          if (!landing) return fanout->Finish(e);
+          const bool never_sent =
+              !sent->load() && std::this_thread::get_id() == caller;
+          // Unavailable otherwise: perhaps a dropped connection to a shard
+          // that may still write; any other error is the shard's answer.
+          if (e.code() == Code::kUnavailable && !never_sent) {
+            LandingPool::Abandon(std::move(landing));
+            return fanout->Finish(e);
+          }
+          landings.Give(std::move(landing));
+          if (e.code() != Code::kProtocol) return fanout->Finish(e);
+          TETHER_LOG(kInfo) << "shard " << shard << " does not write pulls "
+                            << "into this process (" << e.message()
+                            << "): they come over TCP";
+          direct_to[shard] = false;
+          return SendPullPart(shard, tensor, std::move(blocks), for_clock, out,
+                              std::move(fanout), false);
+        }
+        const wire::PullReply* reply = m->body_as_PullReply();
+        Status copied =
+            reply == nullptr
+                ? ProtocolError("pull answered without blocks")
+                : CopyPulledBlocks(*reply, welcome.block_size, out,
+                                   landing ? std::span<const float>(*landing)
+                                           : std::span<const float>());
+        if (landing) landings.Give(std::move(landing));
+        fanout->Finish(copied);
+      });
+  sent->store(true);
 }
 
 Status Client::Pull(const std::string& name, std::span<float> out) {

@@ -21,7 +21,9 @@
 // form from it), and a blocking form returning the Status. Buffers passed to an
 // asynchronous call must stay valid until its callback has run; a pushed
 // one also unchanged, since a shard on this host may read it from this
-// process's memory until then (ClientOptions::direct_pushes).
+// process's memory until then (ClientOptions::direct_memory). A pulled one
+// is written only when the answer has come (a shard on this host writes
+// into buffers of the client's own, which are then copied).
 //
 // Thread-safe: requests may be issued from several threads. A worker's
 // Clock() is ordered after every Push issued before it by the same thread,
@@ -92,10 +94,13 @@ struct ClientOptions {
   // A worker on a shard's host offers that shard its process id: once the
   // shard has checked that this process holds the other end of the
   // connection, f32 gradients are not sent but read by the shard from
-  // this process's memory (process_vm_readv), which spares both sides the
-  // kernel's TCP path. Where the shard cannot (another host or container,
-  // no permission) pushes travel over TCP as usual. false: always TCP.
-  bool direct_pushes = true;
+  // this process's memory (process_vm_readv), and pulled weights are
+  // written by the shard into buffers of this process (process_vm_writev)
+  // instead of sent, which spares both sides the kernel's TCP path. Where
+  // the shard cannot (another host or container, no permission, a shard
+  // started with --direct-memory=false) they travel over TCP as usual.
+  // false: always TCP.
+  bool direct_memory = true;
   int connect_timeout_ms = 10000;  // per shard, retrying refused connects
   int join_timeout_ms = 600000;    // for the coordinator's Welcome
   // Heartbeats to every shard (so an idle connection is not closed) until

@@ -67,11 +67,12 @@ int main(int argc, char** argv) {
               "f32, or bf16: push gradients and pull weights as bfloat16 "
               "(half the bytes; the shards keep f32 weights and optimizer "
               "state)");
-  p.AddBool("direct-pushes", &o.direct_pushes,
+  p.AddBool("direct-memory", &o.direct_memory,
             "a shard on this host reads f32 gradients from this process's "
-            "memory (process_vm_readv) instead of receiving them over TCP, "
-            "once it has checked that this process is the peer; shards "
-            "elsewhere get them over TCP. false: always TCP");
+            "memory and writes pulled weights into it (process_vm_readv, "
+            "process_vm_writev) instead of sending them over TCP, once it "
+            "has checked that this process is the peer; shards elsewhere use "
+            "TCP. false: always TCP");
   tether::BindTlsFlags(p, &o.tls);
   p.AddBool("check", &o.check,
             "check the flags (and TETHER_* variables), print what this "

@@ -60,7 +60,7 @@ std::string WorkerManifest(const TrainerOptions& o,
                         {"data", o.data},
                         {"test_data", test},
                         {"wire_dtype", o.wire_dtype},
-                        {"direct_pushes", o.direct_pushes}};
+                        {"direct_memory", o.direct_memory}};
   return json::serialize(json::object{{"program", "tether-worker"},
                                       {"version", TetherVersion()},
                                       {"commit", TetherCommit()},

@@ -69,7 +69,7 @@ Result<std::vector<KeyPart>> CutKeys(const Slicer& slicer, uint32_t table,
 
 OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
                          const std::vector<uint32_t>& blocks, bool bf16,
-                         int64_t for_clock) {
+                         int64_t for_clock, uint64_t landing) {
   flatbuffers::FlatBufferBuilder fbb(64 + blocks.size() * 4);
   auto blocks_offset = fbb.CreateVector(blocks);
   wire::PullBuilder pb(fbb);
@@ -78,6 +78,7 @@ OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
   pb.add_blocks(blocks_offset);
   pb.add_bf16(bf16);
   pb.add_clock(for_clock);
+  if (!bf16) pb.add_landing(landing);
   return FinishFrame(fbb, pb.Finish());
 }
 
@@ -174,24 +175,35 @@ OutFrame PushRowsFrame(uint64_t request, uint32_t table, int64_t read_clock,
 }
 
 Status CopyPulledBlocks(const wire::PullReply& reply, uint32_t block_size,
-                        std::span<float> out) {
+                        std::span<float> out, std::span<const float> landing) {
   if (reply.blocks() == nullptr) {
     return ProtocolError("pull answered without blocks");
   }
   const uint32_t bs = block_size;
   const uint64_t size = out.size();
+  size_t landed = 0;  // floats of `landing` taken
   for (const wire::Block* block : *reply.blocks()) {
     uint64_t first = uint64_t{block->index()} * bs;
     const auto* half = block->bf16();
-    uint64_t n = block->values() ? block->values()->size()
-                 : half          ? half->size()
-                                 : 0;
+    uint64_t n = block->landed()   ? block->count()
+                 : block->values() ? block->values()->size()
+                 : half            ? half->size()
+                                   : 0;
     if (first >= size || n != std::min<uint64_t>(bs, size - first)) {
       return ProtocolError("pull reply block " +
                            std::to_string(block->index()) +
                            " does not fit the tensor");
     }
-    if (block->values() != nullptr) {
+    if (block->landed()) {
+      if (n > landing.size() - landed) {
+        return ProtocolError("pull reply block " +
+                             std::to_string(block->index()) +
+                             " landed past the buffer it was given");
+      }
+      std::memcpy(out.data() + first, landing.data() + landed,
+                  n * sizeof(float));
+      landed += n;
+    } else if (block->values() != nullptr) {
       std::memcpy(out.data() + first, block->values()->data(),
                   n * sizeof(float));
     } else {

@@ -53,10 +53,12 @@ Result<std::vector<KeyPart>> CutKeys(const Slicer& slicer, uint32_t table,
 
 // Request `request`: the values of `blocks` of dense tensor `tensor`, as
 // bfloat16 with `bf16`; for clock `for_clock` (a prefetch, see
-// Client::PrefetchAsync), or -1 for the worker's clock now.
+// Client::PrefetchAsync), or -1 for the worker's clock now. A `landing`
+// (f32 only) asks a shard on this host to write them at that address in
+// this process instead (Pull.landing).
 OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
                          const std::vector<uint32_t>& blocks, bool bf16 = false,
-                         int64_t for_clock = -1);
+                         int64_t for_clock = -1, uint64_t landing = 0);
 
 // Request `request`: `values` (the whole tensor, `block_size` floats a
 // block, the last one shorter) of `blocks`, as a gradient or, with
@@ -85,12 +87,14 @@ OutFrame PushRowsFrame(uint64_t request, uint32_t table, int64_t read_clock,
                        std::span<const float> values, bool bf16 = false);
 
 // Copies the blocks of a pull reply into `out` (the whole tensor), f32 or
-// bfloat16 (widened).
+// bfloat16 (widened); a landed block (Block.landed) from `landing`, where
+// the shard wrote the landed blocks one after another.
 // kProtocolError if the reply holds no blocks or a block that does not fit
-// the tensor (outside it, or of the wrong length); `out` may then be
-// partly written.
+// the tensor (outside it, or of the wrong length) or the landing; `out`
+// may then be partly written.
 Status CopyPulledBlocks(const wire::PullReply& reply, uint32_t block_size,
-                        std::span<float> out);
+                        std::span<float> out,
+                        std::span<const float> landing = {});
 
 // Copies the rows of a row pull reply into `out` (the whole request):
 // row i goes to position positions[i]. kProtocolError unless the reply

@@ -345,7 +345,7 @@ void ShardLinks::Greet(const std::shared_ptr<Link>& link, int rank,
   // A worker coming back after a lost connection says its clock, so the
   // shard does not hold it (and everyone) back at an older one.
   fields.clock = welcomed_ ? clock_.load() : -1;
-  if (!options_.observer && options_.direct_pushes && tls_ == nullptr) {
+  if (!options_.observer && options_.direct_memory && tls_ == nullptr) {
     fields.direct_pid = static_cast<int>(::getpid());
   }
   auto auth = std::make_shared<PeerAuth>(auth_key_);

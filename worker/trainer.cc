@@ -71,7 +71,7 @@ ClientOptions ClientOptionsFor(const TrainerOptions& o) {
   co.tls = o.tls;
   co.connect_timeout_ms = o.connect_timeout_ms;
   co.wire_dtype = o.wire_dtype == "bf16" ? WireDtype::kBf16 : WireDtype::kF32;
-  co.direct_pushes = o.direct_pushes;
+  co.direct_memory = o.direct_memory;
   co.rank = o.rank;
   co.staleness = o.staleness;
   co.command = o.command;

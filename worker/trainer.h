@@ -60,9 +60,10 @@ struct TrainerOptions {
   // --wire-dtype: f32, or bf16 (gradients pushed and weights pulled as
   // bfloat16, half the bytes; the shards keep f32: ClientOptions).
   std::string wire_dtype = "f32";
-  // --direct-pushes: a shard on this host reads f32 gradients from this
-  // process's memory (ClientOptions::direct_pushes).
-  bool direct_pushes = true;
+  // --direct-memory: a shard on this host reads f32 gradients from this
+  // process's memory and writes pulled weights into it
+  // (ClientOptions::direct_memory).
+  bool direct_memory = true;
   TlsOptions tls;      // --tls-cert, --tls-key, --tls-ca (schema/tls.h)
   bool check = false;  // --check: check the flags, start nothing
   // Not a flag: this process's command line, told to the coordinator

@@ -1,9 +1,10 @@
-// Pushes a shard reads from a same-host worker's memory
-// (ClientOptions::direct_pushes, tether-worker --direct-pushes,
-// tether-server --direct-reads, server/direct_read.h): they are applied
-// exactly as pushes sent over TCP, move almost no bytes over the
-// connection, are taken only from the process that holds the other end of
-// the connection, and fall back to TCP where the shard does not read them.
+// Pushes a shard reads from a same-host worker's memory, and pulls it writes
+// into it (ClientOptions::direct_memory, tether-worker --direct-memory,
+// tether-server --direct-memory, server/direct_read.h): they give exactly
+// what pushes and pulls over TCP give, move almost no bytes over the
+// connection, are taken only from and given only to the process that
+// holds the other end of the connection, and fall back to TCP where the
+// shard does not take them.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -47,7 +48,7 @@ class DirectPushes : public ::testing::Test {
     o.coordinator = cluster_->coordinator();
     o.observer = observer;
     o.staleness = -1;
-    o.direct_pushes = direct;
+    o.direct_memory = direct;
     o.name = observer ? "observer" : direct ? "direct worker" : "tcp worker";
     o.join_timeout_ms = 20000;
     auto c = Client::Connect(o);
@@ -55,15 +56,8 @@ class DirectPushes : public ::testing::Test {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
-  // Bytes every shard has received so far.
-  uint64_t BytesIn() {
-    auto stats = observer_->Stats();
-    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
-    uint64_t in = 0;
-    for (const ShardStats& s : stats.ok() ? *stats : std::vector<ShardStats>{})
-      in += s.bytes_in;
-    return in;
-  }
+  // Bytes every shard has received and sent so far.
+  std::pair<uint64_t, uint64_t> Traffic() { return ShardTraffic(*observer_); }
 
   std::vector<float> Weights(const std::string& name, size_t n) {
     std::vector<float> w(n);
@@ -81,8 +75,10 @@ class DirectPushes : public ::testing::Test {
 // Two workers push the same gradient of a 1M-float tensor three times, one
 // letting the shard read it, one sending it: the weights take all six
 // exactly, and the reader's pushes (after its first, which learns that the
-// shard reads) move a few hundred bytes where the sender's move 4 MB.
-TEST_F(DirectPushes, AreAppliedAsSentAndMoveAlmostNoBytes) {
+// shard reads) move a few hundred bytes where the sender's move 4 MB. Then
+// each pulls the tensor: the same values, written into the first's memory
+// for a few hundred bytes on the wire, 4 MB over TCP to the second.
+TEST_F(DirectPushes, GiveWhatTcpGivesAndMoveAlmostNoBytes) {
   ASSERT_NO_FATAL_FAILURE(Start(1, 2, 65536));
   // Welcomed once both have joined.
   auto joining =
@@ -100,10 +96,10 @@ TEST_F(DirectPushes, AreAppliedAsSentAndMoveAlmostNoBytes) {
   Client* clients[2] = {direct.get(), tcp.get()};
   for (int k = 0; k < 2; ++k) {
     for (int i = 0; i < 3; ++i) {
-      const uint64_t before = BytesIn();
+      const uint64_t before = Traffic().first;
       Status s = clients[k]->Push("big", grad);
       ASSERT_TRUE(s.ok()) << s.ToString();
-      moved[k] = BytesIn() - before;  // the last push's
+      moved[k] = Traffic().first - before;  // the last push's
     }
   }
   EXPECT_LT(moved[0], uint64_t{16} << 10) << "read from the worker";
@@ -112,6 +108,16 @@ TEST_F(DirectPushes, AreAppliedAsSentAndMoveAlmostNoBytes) {
   size_t wrong = 0;
   for (float v : w) wrong += v != -6 * kLr * g;
   EXPECT_EQ(wrong, 0u) << "first: " << w[0];
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float> pulled(kBig, 7.0f);
+    const uint64_t before = Traffic().second;
+    Status s = clients[k]->Pull("big", pulled);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    moved[k] = Traffic().second - before;
+    EXPECT_TRUE(pulled == w) << "client " << k;
+  }
+  EXPECT_LT(moved[0], uint64_t{16} << 10) << "written into the worker";
+  EXPECT_GT(moved[1], kBig * 4) << "sent over TCP";
 }
 
 // A worker naming a process that does not hold its socket (here init) is
@@ -150,6 +156,7 @@ TEST_F(DirectPushes, AreTakenOnlyFromThePeersOwnProcessAndMappedMemory) {
         if (auto* e = m->body_as_Error()) id = e->request_id();
         if (auto* d = m->body_as_DefineAck()) id = d->request_id();
         if (auto* a = m->body_as_PushAck()) id = a->request_id();
+        if (auto* r = m->body_as_PullReply()) id = r->request_id();
         if (id == request) return f;
       }
       return Unavailable("no answer to request " + std::to_string(request));
@@ -214,13 +221,48 @@ TEST_F(DirectPushes, AreTakenOnlyFromThePeersOwnProcessAndMappedMemory) {
     std::vector<float> want(8);
     for (int i = 0; i < 8; ++i) want[i] = -kLr * grad[i];
     EXPECT_EQ(Weights(name, 8), want);
+    // A pull asking for its values to be written into this process: done
+    // for the process that holds the connection, refused for the other; an
+    // unmapped address is refused, naming it.
+    std::vector<float> landing(8, 99.0f);
+    ASSERT_FALSE(raw.Send(Bytes(*client_internal::PullBlocksFrame(
+        5, id, {0, 1}, false, -1,
+        reinterpret_cast<uintptr_t>(landing.data())))));
+    auto pulled = answer(5);
+    ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
+    if (own) {
+      const wire::PullReply* reply = pulled->message()->body_as_PullReply();
+      ASSERT_NE(reply, nullptr);
+      ASSERT_EQ(reply->blocks()->size(), 2u);
+      for (const wire::Block* b : *reply->blocks()) {
+        EXPECT_TRUE(b->landed());
+        EXPECT_EQ(b->values(), nullptr);
+      }
+      EXPECT_EQ(landing, want);
+      ASSERT_FALSE(raw.Send(Bytes(
+          *client_internal::PullBlocksFrame(6, id, {0, 1}, false, -1, 0x10))));
+      auto unmapped = answer(6);
+      ASSERT_TRUE(unmapped.ok()) << unmapped.status().ToString();
+      const wire::Error* error = unmapped->message()->body_as_Error();
+      ASSERT_NE(error, nullptr);
+      EXPECT_EQ(error->code(), wire::ErrorCode::BadRequest);
+      EXPECT_PRED2(Contains, error->message()->str(), "at 0x10 in worker");
+    } else {
+      const wire::Error* error = pulled->message()->body_as_Error();
+      ASSERT_NE(error, nullptr);
+      EXPECT_EQ(error->code(), wire::ErrorCode::Protocol);
+      EXPECT_PRED2(Contains, error->message()->str(),
+                   "answered with their values");
+      EXPECT_EQ(landing, std::vector<float>(8, 99.0f));
+    }
   }
   ExpectAllRunning(*cluster_);
 }
 
-// A shard restarted with --direct-reads=false: the worker's next push,
+// A shard restarted with --direct-memory=false: the worker's next push,
 // sent by address as the last shard took them, is refused there and sent
-// again with its floats, once; later ones go so from the start.
+// again with its floats, once; later ones go so from the start. Its next
+// pull likewise, when it asks for its values to be written into it.
 TEST_F(DirectPushes, FallBackToTcpWhereARestartedShardDoesNotRead) {
   ASSERT_NO_FATAL_FAILURE(Start(2, 1, 4));
   auto worker = Connect(false, true);
@@ -228,11 +270,17 @@ TEST_F(DirectPushes, FallBackToTcpWhereARestartedShardDoesNotRead) {
   ASSERT_TRUE(worker->DefineTensor("w", {8}).ok());  // a block on each shard
   const std::vector<float> grad = {1, 2, 3, 4, 5, 6, 7, 8};
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(worker->Push("w", grad).ok());
-  cluster_->shard(1).Signal(SIGKILL);
-  (void)cluster_->shard(1).Wait(10000);
-  ASSERT_TRUE(cluster_->Restart(1, {"--direct-reads=false"}).ok());
-  Status back = worker->AwaitShards(20000);
-  ASSERT_TRUE(back.ok()) << back.ToString();
+  std::vector<float> pulled(8);
+  ASSERT_TRUE(worker->Pull("w", pulled).ok());  // lands, from both shards
+  // Shard 1 killed and started again, with `flags`; the worker back.
+  auto restart_shard1 = [&](const std::vector<std::string>& flags) {
+    cluster_->shard(1).Signal(SIGKILL);
+    (void)cluster_->shard(1).Wait(10000);
+    ASSERT_TRUE(cluster_->Restart(1, flags).ok());
+    Status back = worker->AwaitShards(20000);
+    ASSERT_TRUE(back.ok()) << back.ToString();
+  };
+  ASSERT_NO_FATAL_FAILURE(restart_shard1({"--direct-memory=false"}));
   for (int i = 0; i < 2; ++i) {
     Status s = worker->Push("w", grad);
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -243,7 +291,7 @@ TEST_F(DirectPushes, FallBackToTcpWhereARestartedShardDoesNotRead) {
   // dial a restarted shard again.)
   observer_ = Connect(/*observer=*/true, true);
   ASSERT_TRUE(observer_);
-  const std::vector<float> w = Weights("w", 8);
+  std::vector<float> w = Weights("w", 8);
   int pushes[2] = {0, 0};
   for (int b = 0; b < 2; ++b) {
     for (int n : {2, 4}) {
@@ -259,6 +307,19 @@ TEST_F(DirectPushes, FallBackToTcpWhereARestartedShardDoesNotRead) {
   EXPECT_EQ(pushes[0] + pushes[1], 6)
       << "blocks took " << pushes[0] << " and " << pushes[1] << " pushes; w[0] "
       << w[0] << ", w[4] " << w[4];
+  // The pulls: shard 1 back with direct reads (its answer to a push says
+  // so), then once more without, before the worker's next pull, which
+  // asks for a landing there, is refused and is asked again.
+  ASSERT_NO_FATAL_FAILURE(restart_shard1({}));
+  ASSERT_TRUE(worker->Push("w", grad).ok());
+  ASSERT_TRUE(worker->Push("w", grad).ok());
+  ASSERT_NO_FATAL_FAILURE(restart_shard1({"--direct-memory=false"}));
+  Status pull = worker->Pull("w", pulled);
+  ASSERT_TRUE(pull.ok()) << pull.ToString();
+  observer_ = Connect(/*observer=*/true, true);
+  ASSERT_TRUE(observer_);
+  w = Weights("w", 8);
+  EXPECT_EQ(pulled, w);
   EXPECT_TRUE(cluster_->shard(1).Running());
 }
 

@@ -15,6 +15,7 @@
 
 #include "schema/bf16.h"
 #include "tests/support/cluster.h"
+#include "tests/support/raw_peer.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/worker_pool.h"
 #include "worker/client.h"
@@ -128,18 +129,7 @@ TEST_F(WireDtype, Bf16MovesHalfTheBytes) {
     ASSERT_TRUE(c->DefineTensor("big", {kBig}).ok());
   }
   std::vector<float> big(kBig, 1e-3f);
-  // Bytes both shards have received and sent so far.
-  auto traffic = [&] {
-    auto stats = f32->Stats();
-    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
-    std::pair<uint64_t, uint64_t> in_out;
-    for (const ShardStats& s :
-         stats.ok() ? *stats : std::vector<ShardStats>{}) {
-      in_out.first += s.bytes_in;
-      in_out.second += s.bytes_out;
-    }
-    return in_out;
-  };
+  auto traffic = [&] { return ShardTraffic(*f32); };
   std::pair<uint64_t, uint64_t> moved[2];
   Client* clients[2] = {f32, bf16};
   for (int k = 0; k < 2; ++k) {

@@ -84,6 +84,17 @@ void ExpectServing(Client& client, const std::string& name, float lr) {
   for (float v : values) ASSERT_NEAR(v, 1.0f - lr, 1e-6f);
 }
 
+std::pair<uint64_t, uint64_t> ShardTraffic(Client& client) {
+  auto stats = client.Stats();
+  EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+  std::pair<uint64_t, uint64_t> in_out;
+  for (const ShardStats& s : stats.ok() ? *stats : std::vector<ShardStats>{}) {
+    in_out.first += s.bytes_in;
+    in_out.second += s.bytes_out;
+  }
+  return in_out;
+}
+
 void ExpectAllRunning(Cluster& cluster) {
   for (int i = 0; i < cluster.num_shards(); ++i) {
     EXPECT_TRUE(cluster.shard(i).Running()) << "shard " << i << " exited";

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "schema/flags.h"
@@ -160,5 +161,9 @@ void ExpectServing(Client& client, const std::string& name, float lr);
 
 // Every shard of `cluster` still runs.
 void ExpectAllRunning(Cluster& cluster);
+
+// Bytes every shard has received (first) and sent (second) so far, as
+// `client` reads them (Stats).
+std::pair<uint64_t, uint64_t> ShardTraffic(Client& client);
 
 }  // namespace tether::testing

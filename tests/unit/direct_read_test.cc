@@ -1,7 +1,9 @@
-// Reading a same-host worker's pushes from its memory (server/direct_read.h):
-// the shard takes a process's offer only when that process holds the other
-// end of the connection, and a push read so is the frame it stands for, or
-// an error naming what could not be read.
+// Reading a same-host worker's pushes from its memory and writing its pulls
+// into it (server/direct_read.h): the shard takes a process's offer only
+// when that process holds the other end of the connection, a push read so
+// is the frame it stands for, a pull's values land one block after another
+// and the client puts them where they belong, and what cannot be read or
+// written is an error naming it.
 #include "server/direct_read.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +13,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -162,6 +166,82 @@ TEST(DirectRead, WhatCannotBeReadIsAnErrorNamingIt) {
     ExpectRefused(built, size_t{1} << 20, Code::kInvalidArgument,
                   "not of block 1");
   }
+}
+
+// A reply of `blocks` (index, count) landed, as a shard builds it.
+std::vector<uint8_t> LandedReply(
+    const std::vector<std::pair<uint32_t, uint32_t>>& blocks) {
+  auto fbb = MakeBuilder(256);
+  std::vector<flatbuffers::Offset<wire::Block>> out;
+  out.reserve(blocks.size());
+  for (auto [index, count] : blocks) {
+    out.push_back(wire::CreateBlock(fbb, index, 0, 0, 0, count, true));
+  }
+  auto offset = fbb.CreateVector(out);
+  wire::PullReplyBuilder b(fbb);
+  b.add_request_id(9);
+  b.add_blocks(offset);
+  return FinishFrame(fbb, b.Finish())->Flatten();
+}
+
+TEST(DirectRead, APullsValuesLandOneBlockAfterAnotherAndGoWhereTheyBelong) {
+  // Blocks 2 and 0 of a 10-float tensor in blocks of 4, from the store.
+  auto block2 =
+      std::make_shared<std::vector<float>>(std::vector<float>{8.5f, -9.25f});
+  auto block0 =
+      std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4});
+  std::vector<float> landing(6, -1.0f);
+  Landing l;
+  l.pid = getpid();
+  l.request_id = 9;
+  l.address = reinterpret_cast<uintptr_t>(landing.data());
+  l.pieces = {{block2, *block2}, {block0, *block0}};
+  const std::vector<uint8_t> reply = LandedReply({{2, 2}, {0, 4}});
+  auto fbb = MakeBuilder(64);
+  const OutFrame ack = FinishFrame(fbb, wire::CreateAck(fbb));
+  EXPECT_EQ(WriteLanding(l, ack), ack) << "the reply itself, not an Error";
+  EXPECT_EQ(landing, (std::vector<float>{8.5f, -9.25f, 1, 2, 3, 4}));
+  std::vector<float> out(10, 0.0f);
+  const auto* message = wire::GetSizePrefixedMessage(reply.data());
+  Status copied = client_internal::CopyPulledBlocks(
+      *message->body_as_PullReply(), 4, out, landing);
+  ASSERT_TRUE(copied.ok()) << copied.ToString();
+  EXPECT_EQ(out, (std::vector<float>{1, 2, 3, 4, 0, 0, 0, 0, 8.5f, -9.25f}));
+  // A landing shorter than the blocks it is said to hold.
+  Status past = client_internal::CopyPulledBlocks(
+      *message->body_as_PullReply(), 4, out,
+      std::span<const float>(landing).first(5));
+  EXPECT_EQ(past.code(), Code::kProtocol) << past.ToString();
+}
+
+// The Error a failed WriteLanding answers with, read back.
+Status WriteFailure(const Landing& l) {
+  auto fbb = MakeBuilder(64);
+  OutFrame answer = WriteLanding(l, FinishFrame(fbb, wire::CreateAck(fbb)));
+  const std::vector<uint8_t> bytes = answer->Flatten();
+  const auto* error =
+      wire::GetSizePrefixedMessage(bytes.data())->body_as_Error();
+  if (error == nullptr) return Status::Ok();
+  return StatusFromError(*error, "shard");
+}
+
+TEST(DirectRead, WhatCannotBeWrittenIsAnErrorNamingIt) {
+  auto values = std::make_shared<std::vector<float>>(4, 1.0f);
+  Landing l;
+  l.pid = getpid();
+  l.request_id = 5;
+  l.address = 0x10;  // nothing mapped there
+  l.pieces = {{values, *values}};
+  Status unmapped = WriteFailure(l);
+  EXPECT_EQ(unmapped.code(), Code::kInvalidArgument) << unmapped.ToString();
+  EXPECT_NE(unmapped.message().find("at 0x10 in worker process"),
+            std::string::npos)
+      << unmapped.message();
+  std::vector<float> landing(4);
+  l.address = reinterpret_cast<uintptr_t>(landing.data());
+  l.pid = 0x3fffffff;  // no such process: the worker pulls again without
+  Status gone = WriteFailure(l);
+  EXPECT_EQ(gone.code(), Code::kProtocol) << gone.ToString();
 }
 
 }  // namespace
