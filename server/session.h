@@ -26,7 +26,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // its pushes read from its memory (server/direct_read.h).
   Session(Stream stream, const ConnectionOptions& options,
           std::shared_ptr<const AuthKey> key, Shard* shard,
-          Coordinator* coordinator, Monitor* monitor, bool direct_memory = true);
+          Coordinator* coordinator, Monitor* monitor,
+          bool direct_memory = true);
 
   void Start();
   void Close();
