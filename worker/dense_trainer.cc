@@ -71,8 +71,9 @@ class DenseTrainer {
     loop.epochs = o_.epochs;
     loop.chunk_rows = o_.chunk_rows;
     // With a bound s != 0 a step overlaps the one before: its weights are
-    // prefetched during that step's backward (StartPrefetch), and it
-    // computes while that step's pushes and clock are still on their way.
+    // prefetched during that step (PrefetchOne, layer by layer; a slowed
+    // worker's after its sleep, StartPrefetch), and it computes while that
+    // step's pushes and clock are still on their way.
     // Not in a recorded run, whose replay expects each request where the
     // recording has it.
     pipelined_ =
@@ -116,10 +117,10 @@ class DenseTrainer {
     pulled_at_ = client_.clock();
   }
 
-  // With a bound s != 0, once forward is done: starts pulling the next
-  // batch's weights (Client::PrefetchAsync) into spare buffers, so that
-  // they travel while backward still reads this batch's weights; each
-  // takes the place of the model's buffer when the next step awaits it.
+  // A slowed worker with a bound s != 0, once its step's sleep is done:
+  // starts pulling the next batch's weights (Client::PrefetchAsync) into
+  // spare buffers; each takes the place of the model's buffer when the
+  // next step awaits it.
   Status StartPrefetch() {
     // This step's own pulls first, should forward have left one.
     for (size_t i = 0; i < pulls_.size(); ++i) {
@@ -367,7 +368,7 @@ class DenseTrainer {
   std::vector<std::future<Status>> pulls_;
   int64_t pulled_at_ = -1;
   bool prefetched_ = false;
-  // Whether pulls_ fill spare_ (StartPrefetch) rather than the weights.
+  // Whether pulls_ fill spare_ (prefetches) rather than the weights.
   bool into_spare_ = false;
   std::vector<std::vector<float>> spare_;
   // Pipelined: the next step's weights, asked for spec by spec during this
