@@ -24,24 +24,6 @@ Result<Device> ParseDevice(const std::string& text, const std::string& flag) {
                          "'");
 }
 
-Result<float> FcBackend::StepWithHooks(
-    const std::vector<std::vector<float>>& weights, const float* x,
-    const int32_t* y, int batch, std::vector<std::vector<float>>& grads,
-    const StepHooks& hooks) {
-  const size_t layers = weights.size() / 2;
-  if (hooks.weights_needed) {
-    for (size_t l = 0; l < layers; ++l) {
-      TETHER_RETURN_IF_ERROR(hooks.weights_needed(l));
-    }
-  }
-  TETHER_ASSIGN_OR_RETURN(float loss, Step(weights, x, y, batch, grads));
-  if (hooks.loss_known) TETHER_RETURN_IF_ERROR(hooks.loss_known(loss));
-  if (hooks.grads_ready) {
-    for (size_t l = layers; l-- > 0;) hooks.grads_ready(l);
-  }
-  return loss;
-}
-
 Status CheckFcLayers(const std::vector<FcLayer>& layers, int max_batch) {
   if (layers.empty()) return InvalidArgument("no layers");
   if (max_batch < 1) {

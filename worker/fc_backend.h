@@ -97,6 +97,30 @@ class FcBackend {
       const int32_t* y, size_t rows) = 0;
 };
 
+// Inline, like every other member: FcBackend then has no key function, so
+// its vtable and type_info are emitted wherever they are used, the CUDA
+// module included. With one out of line they lived in the executable only,
+// which does not export them, and the module could not be loaded
+// ("undefined symbol: _ZTIN6tether9FcBackendE"; found by tools/gpu-check
+// on an H200).
+inline Result<float> FcBackend::StepWithHooks(
+    const std::vector<std::vector<float>>& weights, const float* x,
+    const int32_t* y, int batch, std::vector<std::vector<float>>& grads,
+    const StepHooks& hooks) {
+  const size_t layers = weights.size() / 2;
+  if (hooks.weights_needed) {
+    for (size_t l = 0; l < layers; ++l) {
+      TETHER_RETURN_IF_ERROR(hooks.weights_needed(l));
+    }
+  }
+  TETHER_ASSIGN_OR_RETURN(float loss, Step(weights, x, y, batch, grads));
+  if (hooks.loss_known) TETHER_RETURN_IF_ERROR(hooks.loss_known(loss));
+  if (hooks.grads_ready) {
+    for (size_t l = layers; l-- > 0;) hooks.grads_ready(l);
+  }
+  return loss;
+}
+
 // oneDNN on the CPU with `threads` OpenMP threads (0: OpenMP's default).
 Result<std::unique_ptr<FcBackend>> MakeOneDnnBackend(
     std::vector<FcLayer> layers, int max_batch, int threads);
@@ -119,7 +143,7 @@ Status CheckFcLayers(const std::vector<FcLayer>& layers, int max_batch);
 // release and this interface's revision (bump it whenever FcLayer,
 // EvalResult, FcBackend or the module's entry point change). The loader
 // refuses a module built with another.
-inline constexpr int kFcBackendRevision = 3;
+inline constexpr int kFcBackendRevision = 4;
 
 // The backend for `device`.
 Result<std::unique_ptr<FcBackend>> MakeFcBackend(const Device& device,
