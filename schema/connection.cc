@@ -164,6 +164,11 @@ void Connection::SendAndClose(OutFrame frame) {
       });
 }
 
+bool Connection::closed() const {
+  MutexLock lock(&write_mu_);
+  return write_closed_;
+}
+
 void Connection::HandToStrand() {
   MutexLock lock(&write_mu_);
   ++handed_;

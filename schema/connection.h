@@ -77,6 +77,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void SendAndClose(OutFrame frame);
   // Closes now, dropping queued writes. Idempotent.
   void Close();
+  // Whether it has closed (either end, or an error). Any thread.
+  bool closed() const TETHER_EXCLUDES(write_mu_);
 
   // The peer finished its handshake: handshake_timeout_ms no longer
   // applies. Call on the strand (from the frame handler).
@@ -145,7 +147,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // `handed_` is 0: every frame handed to the strand (posted, queued or
   // being written) is counted until it is written, so nothing sent earlier
   // is still on its way.
-  Mutex write_mu_;
+  mutable Mutex write_mu_;
   size_t handed_ TETHER_GUARDED_BY(write_mu_) = 0;
   bool write_closed_ TETHER_GUARDED_BY(write_mu_) = false;
   // A direct write the socket took only part of; the strand writes the

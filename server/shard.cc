@@ -63,9 +63,13 @@ std::span<const T> ToSpan(const flatbuffers::Vector<T>* v) {
 
 Shard::Outbox::~Outbox() {
   for (Reply& reply : replies_) {
-    reply.conn->Send(reply.landing
-                         ? WriteLanding(*reply.landing, std::move(reply.frame))
-                         : std::move(reply.frame));
+    if (reply.landing) {
+      // A pull held while its connection closed: its worker may be gone,
+      // and its process id taken by another process. Nothing is written.
+      if (reply.conn->closed()) continue;
+      reply.frame = WriteLanding(*reply.landing, std::move(reply.frame));
+    }
+    reply.conn->Send(std::move(reply.frame));
   }
 }
 

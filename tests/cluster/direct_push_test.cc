@@ -67,6 +67,24 @@ class DirectPushes : public ::testing::Test {
     return w;
   }
 
+  // Reads `raw`'s frames until the answer to `request` (an Error too).
+  static Result<Frame> Answer(RawPeer& raw, uint64_t request) {
+    for (int i = 0; i < 50; ++i) {
+      auto f = raw.ReadFrame(kReplyTimeoutMs);
+      if (!f.ok()) return f.status();
+      const wire::Message* m = f->message();
+      uint64_t id = ~uint64_t{0};
+      if (m->body_as_Welcome() != nullptr) id = 0;
+      if (auto* e = m->body_as_Error()) id = e->request_id();
+      if (auto* d = m->body_as_DefineAck()) id = d->request_id();
+      if (auto* a = m->body_as_PushAck()) id = a->request_id();
+      if (auto* r = m->body_as_PullReply()) id = r->request_id();
+      if (auto* c = m->body_as_ClockAck()) id = c->request_id();
+      if (id == request) return f;
+    }
+    return Unavailable("no answer to request " + std::to_string(request));
+  }
+
   TempDir dir_;
   std::unique_ptr<Cluster> cluster_;
   std::unique_ptr<Client> observer_;
@@ -145,22 +163,7 @@ TEST_F(DirectPushes, AreTakenOnlyFromThePeersOwnProcessAndMappedMemory) {
     const int claimed = claims[k];
     SCOPED_TRACE("pid " + std::to_string(claimed));
     RawPeer& raw = *peers[k];
-    // Reads frames until the answer to `request`.
-    auto answer = [&](uint64_t request) -> Result<Frame> {
-      for (int i = 0; i < 50; ++i) {
-        auto f = raw.ReadFrame(kReplyTimeoutMs);
-        if (!f.ok()) return f.status();
-        const wire::Message* m = f->message();
-        uint64_t id = ~uint64_t{0};
-        if (m->body_as_Welcome() != nullptr) id = 0;
-        if (auto* e = m->body_as_Error()) id = e->request_id();
-        if (auto* d = m->body_as_DefineAck()) id = d->request_id();
-        if (auto* a = m->body_as_PushAck()) id = a->request_id();
-        if (auto* r = m->body_as_PullReply()) id = r->request_id();
-        if (id == request) return f;
-      }
-      return Unavailable("no answer to request " + std::to_string(request));
-    };
+    auto answer = [&](uint64_t request) { return Answer(raw, request); };
     auto welcome = answer(0);
     ASSERT_TRUE(welcome.ok()) << welcome.status().ToString();
     ASSERT_NE(welcome->message()->body_as_Welcome(), nullptr);
@@ -321,6 +324,62 @@ TEST_F(DirectPushes, FallBackToTcpWhereARestartedShardDoesNotRead) {
   w = Weights("w", 8);
   EXPECT_EQ(pulled, w);
   EXPECT_TRUE(cluster_->shard(1).Running());
+}
+
+// A pull held for the bound while its worker goes away: when the slowest
+// worker's clock releases it, nothing is written where it asked (that
+// process could be gone, its id taken by another).
+TEST_F(DirectPushes, AHeldPullOfAClosedConnectionWritesNothing) {
+  ASSERT_NO_FATAL_FAILURE(Start(1, 2, 4));
+  auto peer = RawPeer::Connect(cluster_->coordinator());
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  RawPeer& raw = **peer;
+  HelloFields hello;
+  hello.role = wire::Role::Worker;
+  hello.staleness = 0;
+  hello.name = "raw worker";
+  hello.direct_pid = static_cast<int>(getpid());
+  ASSERT_FALSE(raw.Send(Bytes(*MakeHelloFrame(hello))));
+  ClientOptions o;
+  o.coordinator = cluster_->coordinator();
+  o.staleness = 0;
+  o.name = "slowest worker";
+  o.join_timeout_ms = 20000;
+  auto slowest = Client::Connect(o);  // welcomed once both have joined
+  ASSERT_TRUE(slowest.ok()) << slowest.status().ToString();
+  ASSERT_TRUE((*slowest)->DefineTensor("w", {8}).ok());
+  auto answer = [&](uint64_t request) { return Answer(raw, request); };
+  ASSERT_TRUE(answer(0).ok());
+  ASSERT_FALSE(raw.Send(
+      Bytes(*client_internal::DefineFrame(1, "w", false, {8}, 0, Init{}))));
+  auto defined = answer(1);
+  ASSERT_TRUE(defined.ok()) << defined.status().ToString();
+  const uint32_t id = defined->message()->body_as_DefineAck()->id();
+  flatbuffers::FlatBufferBuilder fbb(64);
+  ASSERT_FALSE(
+      raw.Send(Bytes(*FinishFrame(fbb, wire::CreateClock(fbb, 2, 1)))));
+  ASSERT_TRUE(answer(2).ok());
+  // At clock 1 with the slowest at 0 and a bound of 0: held.
+  std::vector<float> landing(8, 99.0f);
+  ASSERT_FALSE(raw.Send(Bytes(*client_internal::PullBlocksFrame(
+      3, id, {0, 1}, false, -1, reinterpret_cast<uintptr_t>(landing.data())))));
+  raw.Close();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto stats = observer_->Stats();
+        if (!stats.ok() || stats->empty()) return false;
+        int connected = 0;
+        for (const auto& w : stats->front().workers) connected += w.connected;
+        return connected == 1;
+      },
+      10000))
+      << "the shard did not see the raw worker go";
+  // The slowest worker's clock releases the held pull.
+  ASSERT_TRUE((*slowest)->Clock().ok());
+  std::vector<float> w(8);
+  ASSERT_TRUE((*slowest)->Pull("w", w).ok());
+  EXPECT_EQ(landing, std::vector<float>(8, 99.0f));
+  ExpectAllRunning(*cluster_);
 }
 
 }  // namespace
