@@ -88,9 +88,10 @@ struct HelloFields {
   // A shard re-registering with a restarted coordinator: the run it serves.
   std::string serving_run_id;
   std::string manifest;  // the peer's part of the run manifest (JSON); ""
-  int direct_pid = 0;    // a worker offering direct pushes: its pid; 0 none
-  std::string nonce;     // set by PeerAuth
-  std::string proof;     // set by PeerAuth
+  int direct_pid =
+      0;              // a worker offering its memory (Hello.direct_pid); 0 none
+  std::string nonce;  // set by PeerAuth
+  std::string proof;  // set by PeerAuth
 };
 
 OutFrame MakeHelloFrame(const HelloFields& hello);

@@ -13,6 +13,20 @@ Frame::Frame(uint32_t body_size)
   }
 }
 
+Frame Frame::Adopt(flatbuffers::FlatBufferBuilder& fbb) {
+  const size_t size = fbb.GetSize();
+  size_t allocated = 0;
+  size_t offset = 0;
+  Frame frame;
+  // The builder's buffer came from BufferPool::Default() through
+  // PooledAllocator, with `allocated` bytes: Release gives it back so.
+  frame.bytes_ = std::unique_ptr<uint8_t[], Release>(
+      fbb.ReleaseRaw(allocated, offset), Release{allocated});
+  frame.offset_ = offset;
+  frame.size_ = size;
+  return frame;
+}
+
 namespace {
 
 // FlatBuffers 2.0's verifier checks a vector's length field but not that
@@ -47,16 +61,16 @@ Status Frame::Verify() const {
     return BadFrame("frame body of " + std::to_string(body_size()) +
                     " bytes is too short to hold a message");
   }
-  if (!wire::SizePrefixedMessageBufferHasIdentifier(bytes_.get())) {
+  if (!wire::SizePrefixedMessageBufferHasIdentifier(data())) {
     std::string got(
-        reinterpret_cast<const char*>(bytes_.get()) + kFrameHeaderBytes + 4, 4);
+        reinterpret_cast<const char*>(data()) + kFrameHeaderBytes + 4, 4);
     for (char& c : got) {
       if (c < 32 || c > 126) c = '?';
     }
     return BadFrame("wrong file identifier '" + got + "' (expected '" +
                     wire::MessageIdentifier() + "')");
   }
-  flatbuffers::Verifier verifier(bytes_.get(), size_, /*max_depth=*/64,
+  flatbuffers::Verifier verifier(data(), size_, /*max_depth=*/64,
                                  /*max_tables=*/1 << 20);
   if (!wire::VerifySizePrefixedMessageBuffer(verifier)) {
     return BadFrame("frame failed FlatBuffers verification");

@@ -33,8 +33,13 @@ class Frame {
   // stores `body_size` as the header.
   explicit Frame(uint32_t body_size);
 
-  uint8_t* body() { return bytes_.get() + kFrameHeaderBytes; }
-  const uint8_t* data() const { return bytes_.get(); }
+  // Takes the finished size-prefixed frame out of `fbb` without copying
+  // it; `fbb` must draw from PooledAllocator::Instance() (MakeBuilder) and
+  // is empty after. Verify() still decides whether it is a message.
+  static Frame Adopt(flatbuffers::FlatBufferBuilder& fbb);
+
+  uint8_t* body() { return bytes_.get() + offset_ + kFrameHeaderBytes; }
+  const uint8_t* data() const { return bytes_.get() + offset_; }
   size_t size() const { return size_; }  // header + body
   size_t body_size() const {
     return size_ < kFrameHeaderBytes ? 0 : size_ - kFrameHeaderBytes;
@@ -42,7 +47,7 @@ class Frame {
 
   // Valid only after Verify() returned OK.
   const wire::Message* message() const {
-    return wire::GetSizePrefixedMessage(bytes_.get());
+    return wire::GetSizePrefixedMessage(data());
   }
 
   // Checks the identifier and runs the FlatBuffers verifier over the whole
@@ -56,8 +61,9 @@ class Frame {
       BufferPool::Default().Release(p, size);
     }
   };
-  std::unique_ptr<uint8_t[], Release> bytes_;
-  size_t size_ = 0;
+  std::unique_ptr<uint8_t[], Release> bytes_;  // the whole allocation
+  size_t offset_ = 0;                          // where the header starts in it
+  size_t size_ = 0;                            // header + body
 };
 
 // Parses a header; kFrameTooLarge or kBadFrame when it cannot start a frame.

@@ -175,10 +175,10 @@ Result<Frame> ReadDirectPush(int pid, const wire::Push& push,
   pb.add_read_clock(push.read_clock());
   pb.add_blocks(blocks_offset);
   pb.add_provide(push.provide());
-  OutFrame built = FinishFrame(fbb, pb.Finish());
-  Frame frame(static_cast<uint32_t>(built->size() - kFrameHeaderBytes));
-  std::memcpy(frame.body(), built->data() + kFrameHeaderBytes,
-              frame.body_size());
+  wire::FinishSizePrefixedMessageBuffer(
+      fbb, wire::CreateMessage(fbb, wire::Body::Push, pb.Finish().Union()));
+  // The builder's buffer becomes the frame: the floats are not copied again.
+  Frame frame = Frame::Adopt(fbb);
   TETHER_RETURN_IF_ERROR(frame.Verify());
   return frame;
 }

@@ -20,12 +20,19 @@
 
 namespace tether {
 
+namespace {
+
+// 1 when `x` is Inf or NaN (every exponent bit set), else 0.
+[[gnu::always_inline]] inline uint32_t NonFinite(float x) {
+  return static_cast<uint32_t>((std::bit_cast<uint32_t>(x) & 0x7f800000u) ==
+                               0x7f800000u);
+}
+
+}  // namespace
+
 TETHER_VECTOR_CLONES bool AllFinite(std::span<const float> values) {
   uint32_t bad = 0;
-  for (float v : values) {
-    bad |= static_cast<uint32_t>((std::bit_cast<uint32_t>(v) & 0x7f800000u) ==
-                                 0x7f800000u);
-  }
+  for (float v : values) bad |= NonFinite(v);
   return bad == 0;
 }
 
@@ -49,65 +56,187 @@ size_t FirstNonFinite(std::span<const float> values) {
   return values.size();
 }
 
-void Optimizer::Apply(std::span<float> weights, std::span<float> slots,
-                      std::span<const float> grad, uint64_t step,
-                      float lr_scale) const {
-  const std::vector<float> w(weights.begin(), weights.end());
-  const std::vector<float> s(slots.begin(), slots.end());
-  (void)Update(w, s, grad, weights, slots, step, lr_scale);
-}
-
 namespace {
 
-// The loops, one per optimizer, inlined into each clone of Update. GCC
-// honours __restrict on function parameters only (on local pointers it
-// falls back to run-time alias checks, too many for Adam's seven streams,
-// and leaves the loop scalar): hence functions, not blocks of Update.
-// `w`/`g`/`s*` are read, `*_out` written; n floats each.
+// Each optimizer's arithmetic for one weight, as a rule: from the weight
+// `w`, its gradient `g` and its slots `s0`, `s1` (those it has), the new
+// weight and slots, in the order optimizer.h gives the formulas. The loops
+// below run a rule over n weights; inlined into each clone of Update and
+// Apply, they are vectorized for it.
+struct Next {
+  float w, s0, s1;
+};
 
-inline void SgdLoop(size_t n, const float* __restrict w,
-                    const float* __restrict g, float* __restrict w_out,
-                    float lr) {
-  for (size_t i = 0; i < n; ++i) w_out[i] = w[i] - lr * g[i];
-}
-
-inline void MomentumLoop(size_t n, const float* __restrict w,
-                         const float* __restrict g, const float* __restrict v,
-                         float* __restrict w_out, float* __restrict v_out,
-                         float lr, float mu) {
-  for (size_t i = 0; i < n; ++i) {
-    const float vi = mu * v[i] + g[i];
-    v_out[i] = vi;
-    w_out[i] = w[i] - lr * vi;
+struct SgdRule {
+  static constexpr int kSlots = 0;
+  float lr;
+  [[gnu::always_inline]] Next operator()(float w, float g, float, float) const {
+    return {w - lr * g, 0.0f, 0.0f};
   }
-}
+};
 
-inline void AdaGradLoop(size_t n, const float* __restrict w,
-                        const float* __restrict g, const float* __restrict h,
-                        float* __restrict w_out, float* __restrict h_out,
-                        float lr, float eps) {
-  for (size_t i = 0; i < n; ++i) {
-    const float hi = h[i] + g[i] * g[i];
-    h_out[i] = hi;
-    w_out[i] = w[i] - lr * g[i] / (std::sqrt(hi) + eps);
+struct MomentumRule {
+  static constexpr int kSlots = 1;
+  float lr, mu;
+  [[gnu::always_inline]] Next operator()(float w, float g, float v,
+                                         float) const {
+    const float vi = mu * v + g;
+    return {w - lr * vi, vi, 0.0f};
   }
-}
+};
+
+struct AdaGradRule {
+  static constexpr int kSlots = 1;
+  float lr, eps;
+  [[gnu::always_inline]] Next operator()(float w, float g, float h,
+                                         float) const {
+    const float hi = h + g * g;
+    return {w - lr * g / (std::sqrt(hi) + eps), hi, 0.0f};
+  }
+};
 
 // step_size = lr / (1 - b1^t), inv_sqrt_c2 = 1 / sqrt(1 - b2^t): the bias
 // corrections hoisted out of the loop (as PyTorch does), leaving one
 // division and one square root an element.
-inline void AdamLoop(size_t n, const float* __restrict w,
-                     const float* __restrict g, const float* __restrict m,
-                     const float* __restrict v, float* __restrict w_out,
-                     float* __restrict m_out, float* __restrict v_out, float b1,
-                     float b2, float eps, float step_size, float inv_sqrt_c2) {
-  for (size_t i = 0; i < n; ++i) {
-    const float mi = b1 * m[i] + (1.0f - b1) * g[i];
-    const float vi = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-    m_out[i] = mi;
-    v_out[i] = vi;
-    w_out[i] = w[i] - step_size * mi / (std::sqrt(vi) * inv_sqrt_c2 + eps);
+struct AdamRule {
+  static constexpr int kSlots = 2;
+  float b1, b2, eps, step_size, inv_sqrt_c2;
+  [[gnu::always_inline]] Next operator()(float w, float g, float m,
+                                         float v) const {
+    const float mi = b1 * m + (1.0f - b1) * g;
+    const float vi = b2 * v + (1.0f - b2) * g * g;
+    return {w - step_size * mi / (std::sqrt(vi) * inv_sqrt_c2 + eps), mi, vi};
   }
+};
+
+// Nonzero when a value `next` holds for `Rule` is Inf or NaN.
+template <typename Rule>
+[[gnu::always_inline]] inline uint32_t NonFiniteNext(const Next& next) {
+  uint32_t bad = NonFinite(next.w);
+  if constexpr (Rule::kSlots > 0) bad |= NonFinite(next.s0);
+  if constexpr (Rule::kSlots > 1) bad |= NonFinite(next.s1);
+  return bad;
+}
+
+// The loops. GCC honours __restrict on function parameters only (on local
+// pointers it falls back to run-time alias checks, too many for Adam's
+// seven streams, and leaves the loop scalar): hence one pointer per
+// stream, each a parameter. Slots a rule does not have are not touched.
+
+// Reads (w, s0, s1), writes the results to (w_out, s0_out, s1_out);
+// returns nonzero when one of them is not finite, checked as it is
+// written, not in a second pass.
+template <typename Rule>
+[[gnu::always_inline]] inline uint32_t StepInto(
+    size_t n, const float* __restrict w, const float* __restrict g,
+    const float* __restrict s0, const float* __restrict s1,
+    float* __restrict w_out, float* __restrict s0_out, float* __restrict s1_out,
+    Rule rule) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Next next = rule(w[i], g[i], Rule::kSlots > 0 ? s0[i] : 0.0f,
+                           Rule::kSlots > 1 ? s1[i] : 0.0f);
+    w_out[i] = next.w;
+    if constexpr (Rule::kSlots > 0) s0_out[i] = next.s0;
+    if constexpr (Rule::kSlots > 1) s1_out[i] = next.s1;
+    bad |= NonFiniteNext<Rule>(next);
+  }
+  return bad;
+}
+
+// Whether a result would not be finite; writes nothing.
+template <typename Rule>
+[[gnu::always_inline]] inline uint32_t StepWouldFail(
+    size_t n, const float* __restrict w, const float* __restrict g,
+    const float* __restrict s0, const float* __restrict s1, Rule rule) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    bad |= NonFiniteNext<Rule>(rule(w[i], g[i], Rule::kSlots > 0 ? s0[i] : 0.0f,
+                                    Rule::kSlots > 1 ? s1[i] : 0.0f));
+  }
+  return bad;
+}
+
+// |x|'s bits: for magnitudes, unsigned order is the order of the floats,
+// and Inf and NaN come above every finite value (0x7f800000 and up).
+[[gnu::always_inline]] inline uint32_t AbsBits(float x) {
+  return std::bit_cast<uint32_t>(x) & 0x7fffffffu;
+}
+
+// The largest AbsBits of x[0..n).
+[[gnu::always_inline]] inline uint32_t MaxAbsBits(size_t n,
+                                                  const float* __restrict x) {
+  uint32_t top = 0;
+  for (size_t i = 0; i < n; ++i) top = std::max(top, AbsBits(x[i]));
+  return top;
+}
+
+// The results over the inputs; returns the largest AbsBits written.
+template <typename Rule>
+[[gnu::always_inline]] inline uint32_t StepInPlace(
+    size_t n, float* __restrict w, const float* __restrict g,
+    float* __restrict s0, float* __restrict s1, Rule rule) {
+  uint32_t top = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Next next = rule(w[i], g[i], Rule::kSlots > 0 ? s0[i] : 0.0f,
+                           Rule::kSlots > 1 ? s1[i] : 0.0f);
+    w[i] = next.w;
+    top = std::max(top, AbsBits(next.w));
+    if constexpr (Rule::kSlots > 0) {
+      s0[i] = next.s0;
+      top = std::max(top, AbsBits(next.s0));
+    }
+    if constexpr (Rule::kSlots > 1) {
+      s1[i] = next.s1;
+      top = std::max(top, AbsBits(next.s1));
+    }
+  }
+  return top;
+}
+
+// Whether no result of an update can be Inf or NaN when every weight and
+// slot is at most `state` in magnitude, every gradient at most `grad`, and
+// the second moments (AdaGrad's sums, Adam's v) are not negative (true of
+// any a successful update wrote). Each quantity the formulas compute, and
+// each result, is bounded from the inputs' bounds; every bound must stay
+// far below FLT_MAX (3.4e38), which leaves room for rounding. The
+// denominators are at least epsilon, so a zero epsilon, or betas outside
+// [0, 1), prove nothing.
+bool CannotOverflow(const OptimizerOptions& o, uint64_t step, float lr_scale,
+                    double state, double grad) {
+  constexpr double kLimit = 1e36;
+  const double lr = std::abs(double{o.lr * lr_scale});
+  double slot = 0;    // a new slot
+  double change = 0;  // a weight's change, and the products on the way
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+      change = lr * grad;
+      break;
+    case OptimizerKind::kMomentum:
+      slot = std::abs(double{o.momentum}) * state + grad;
+      change = lr * slot;
+      break;
+    case OptimizerKind::kAdaGrad:
+      if (!(o.epsilon > 0)) return false;
+      slot = state + grad * grad;
+      change = std::max(lr * grad, lr * grad / o.epsilon);
+      break;
+    case OptimizerKind::kAdam: {
+      if (!(o.epsilon > 0) || !(o.beta1 >= 0 && o.beta1 < 1) ||
+          !(o.beta2 >= 0 && o.beta2 < 1)) {
+        return false;
+      }
+      const double t = static_cast<double>(std::max<uint64_t>(step, 1));
+      const double step_size = lr / (1.0 - std::pow(double{o.beta1}, t));
+      const double m = o.beta1 * state + (1.0 - o.beta1) * grad;
+      const double v = o.beta2 * state + (1.0 - o.beta2) * grad * grad;
+      slot = std::max({m, v, grad * grad});
+      change = std::max(step_size * m, step_size * m / o.epsilon);
+      break;
+    }
+  }
+  const double worst = std::max({state, grad, slot, change, state + change});
+  return std::isfinite(worst) && worst * 1.01 < kLimit;
 }
 
 // While it lives, this thread's SSE/AVX arithmetic reads subnormal inputs
@@ -134,6 +263,35 @@ class SubnormalsAsZero {
 #endif
 };
 
+// Calls `run` with the rule of the optimizer `o` for an update numbered
+// `step` at lr * lr_scale, and returns what it returns.
+template <typename Run>
+[[gnu::always_inline]] inline uint32_t WithRule(const OptimizerOptions& o,
+                                                uint64_t step, float lr_scale,
+                                                Run run) {
+  const float lr = o.lr * lr_scale;
+  switch (o.kind) {
+    case OptimizerKind::kSgd:
+      return run(SgdRule{lr});
+    case OptimizerKind::kMomentum:
+      return run(MomentumRule{lr, o.momentum});
+    case OptimizerKind::kAdaGrad:
+      return run(AdaGradRule{lr, o.epsilon});
+    case OptimizerKind::kAdam:
+      break;
+  }
+  // Step 0 would divide by zero below; callers count from 1, so treat a
+  // stray 0 as the first step rather than poison the weights with NaN.
+  const double t = static_cast<double>(std::max<uint64_t>(step, 1));
+  // In double because b^t for large t and b close to 1 loses most of its
+  // digits in float; the per-element work stays in float.
+  const double c1 = 1.0 - std::pow(double{o.beta1}, t);
+  const double c2 = 1.0 - std::pow(double{o.beta2}, t);
+  return run(AdamRule{o.beta1, o.beta2, o.epsilon,
+                      static_cast<float>(double{lr} / c1),
+                      static_cast<float>(1.0 / std::sqrt(c2))});
+}
+
 }  // namespace
 
 TETHER_VECTOR_CLONES bool Optimizer::Update(
@@ -144,41 +302,57 @@ TETHER_VECTOR_CLONES bool Optimizer::Update(
   assert(grad.size() == n && out_weights.size() == n);
   assert(slots.size() == static_cast<size_t>(slots_per_weight()) * n);
   assert(out_slots.size() == slots.size());
-  const float lr = options_.lr * lr_scale;
-  const float* w = weights.data();
-  const float* g = grad.data();
-  float* w_out = out_weights.data();
   const float* s = slots.data();
   float* s_out = out_slots.data();
-
   [[maybe_unused]] const SubnormalsAsZero flush;
-  switch (options_.kind) {
-    case OptimizerKind::kSgd:
-      SgdLoop(n, w, g, w_out, lr);
-      break;
-    case OptimizerKind::kMomentum:
-      MomentumLoop(n, w, g, s, w_out, s_out, lr, options_.momentum);
-      break;
-    case OptimizerKind::kAdaGrad:
-      AdaGradLoop(n, w, g, s, w_out, s_out, lr, options_.epsilon);
-      break;
-    case OptimizerKind::kAdam: {
-      // Step 0 would divide by zero below; callers count from 1, so treat a
-      // stray 0 as the first step rather than poison the weights with NaN.
-      const double t = static_cast<double>(std::max<uint64_t>(step, 1));
-      // In double because b^t for large t and b close to 1 loses most of its
-      // digits in float; the per-element work stays in float.
-      const double c1 = 1.0 - std::pow(double{options_.beta1}, t);
-      const double c2 = 1.0 - std::pow(double{options_.beta2}, t);
-      AdamLoop(n, w, g, s, s + n, w_out, s_out, s_out + n, options_.beta1,
-               options_.beta2, options_.epsilon,
-               static_cast<float>(double{lr} / c1),
-               static_cast<float>(1.0 / std::sqrt(c2)));
-      break;
-    }
-  }
-  // A second pass over what was just written, still in cache.
-  return AllFinite(out_weights) && AllFinite(out_slots);
+  return WithRule(
+             options_, step,
+             lr_scale, [&](auto rule) __attribute__((always_inline)) {
+               return StepInto(n, weights.data(), grad.data(), s,
+                               slots.size() > n ? s + n : nullptr,
+                               out_weights.data(), s_out,
+                               slots.size() > n ? s_out + n : nullptr, rule);
+             }) == 0;
+}
+
+TETHER_VECTOR_CLONES bool Optimizer::Apply(std::span<float> weights,
+                                           std::span<float> slots,
+                                           std::span<const float> grad,
+                                           uint64_t step, float lr_scale,
+                                           float* bound) const {
+  const size_t n = weights.size();
+  assert(grad.size() == n);
+  assert(slots.size() == static_cast<size_t>(slots_per_weight()) * n);
+  float* s = slots.data();
+  float* s1 = slots.size() > n ? s + n : nullptr;
+  // When the block's bound and the gradient's largest magnitude prove that
+  // no result can overflow, the results are written in one pass; else each
+  // is checked before any is written, so that a refused update leaves the
+  // inputs as they were.
+  const bool proven =
+      bound != nullptr && std::isfinite(*bound) &&
+      CannotOverflow(options_, step, lr_scale, *bound,
+                     std::bit_cast<float>(
+                         std::min(MaxAbsBits(n, grad.data()), 0x7f800000u)));
+  [[maybe_unused]] const SubnormalsAsZero flush;
+  uint32_t top = 0;
+  const bool refused =
+      WithRule(
+          options_, step,
+          lr_scale, [&](auto rule) __attribute__((always_inline))->uint32_t {
+            if (!proven &&
+                StepWouldFail(n, weights.data(), grad.data(), s, s1, rule)) {
+              return 1;
+            }
+            top = StepInPlace(n, weights.data(), grad.data(), s, s1, rule);
+            return 0;
+          }) != 0;
+  if (refused) return false;
+  // Never above 0x7f800000 once proven: Inf, not a NaN's bits, if ever.
+  assert(top < 0x7f800000u);
+  if (bound != nullptr)
+    *bound = std::bit_cast<float>(std::min(top, 0x7f800000u));
+  return true;
 }
 
 }  // namespace tether

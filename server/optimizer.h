@@ -82,16 +82,29 @@ class Optimizer {
   //   adam:     m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
   //             w -= a * m / (sqrt(v) * r + eps), where a = lr / (1 - b1^t)
   //             and r = 1 / sqrt(1 - b2^t) (PyTorch's hoisted form)
-  void Apply(std::span<float> weights, std::span<float> slots,
-             std::span<const float> grad, uint64_t step,
-             float lr_scale = 1.0f) const;
+  //
+  // Returns false, and writes nothing, when an updated weight or slot would
+  // not be finite (an overflow, or a non-finite gradient): every result is
+  // computed and checked before any is written, so the inputs are read
+  // twice (still cheaper than writing elsewhere: the buffers stay in
+  // cache). Subnormal values (below 2^-126, about 1.2e-38) are read and
+  // written as zero on x86, where computing with them costs many times
+  // more.
+  //
+  // `bound`, when given, is the caller's record of this block between
+  // updates: at least the magnitude of every weight and slot, or +Inf when
+  // not known (a new block, one changed any other way). When it and the
+  // gradient prove that no result can overflow, the check pass is skipped
+  // (each value is read once); after an update it holds the largest
+  // magnitude written.
+  bool Apply(std::span<float> weights, std::span<float> slots,
+             std::span<const float> grad, uint64_t step, float lr_scale = 1.0f,
+             float* bound = nullptr) const;
   // The same update out of place: reads (weights, slots), writes the
   // updated values to (out_weights, out_slots), which must not overlap
-  // them. Returns false when an updated weight or slot is not finite (an
-  // overflow, or a non-finite gradient); the outputs then hold no useful
-  // values, and the inputs are untouched either way. Subnormal values
-  // (below 2^-126, about 1.2e-38) are read and written as zero on x86,
-  // where computing with them costs many times more.
+  // them. Returns false when an updated weight or slot is not finite; the
+  // outputs then hold no useful values, and the inputs are untouched
+  // either way.
   bool Update(std::span<const float> weights, std::span<const float> slots,
               std::span<const float> grad, std::span<float> out_weights,
               std::span<float> out_slots, uint64_t step,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 namespace tether {
@@ -107,11 +108,15 @@ struct ParamStore::Block {
   uint64_t step = 0;
   uint32_t len = 0;
   // Weights and slots are shared with frames being sent (ShareBlock) and
-  // with checkpoint snapshots being written (Snapshot). An update never
-  // writes into them: it writes new buffers and swaps them in (ApplyBlock).
+  // with checkpoint snapshots being written (Snapshot). An update writes
+  // into them only while no one shares them; else it writes new buffers
+  // and swaps them in (ApplyBlocks).
   std::shared_ptr<float[]> weights_owner;
   std::shared_ptr<float[]> slots_owner;
   size_t slots_len = 0;
+  // At least the magnitude of every weight and slot, or +Inf when not
+  // known (Optimizer::Apply keeps it; out-of-place updates forget it).
+  float bound = std::numeric_limits<float>::infinity();
 
   std::span<float> weights() { return {weights_owner.get(), len}; }
   std::span<float> slots() { return {slots_owner.get(), slots_len}; }
@@ -447,11 +452,18 @@ Status ParamStore::ApplyBlocks(uint32_t tensor,
   }
   if (jobs.empty()) return first;
 
-  // Each part updates a run of blocks in turn, out of place: into buffers
-  // that replace the block's only when every new value is finite, so a
-  // refused update leaves the block as it was, and buffers a frame or a
-  // snapshot still holds are never written. The block's old buffers serve
-  // the part's next block when no one else holds them.
+  // Each part updates a run of blocks in turn. A block whose buffers no
+  // frame or snapshot shares is updated in place (Optimizer::Apply, which
+  // checks every new value before it writes one). Any other is updated out
+  // of place: into buffers that replace the block's only when every new
+  // value is finite, so a refused update leaves the block as it was, and
+  // buffers a frame or a snapshot still holds are never written; the
+  // block's old buffers serve the part's next such block when no one else
+  // holds them.
+  auto in_place = [](const Block& b) {
+    return (b.len == 0 || Exclusive(b.weights_owner)) &&
+           (b.slots_len == 0 || Exclusive(b.slots_owner));
+  };
   int parts = 1;
   if (pool != nullptr && pool->threads() > 1 &&
       floats >= kParallelApplyFloats) {
@@ -477,6 +489,7 @@ Status ParamStore::ApplyBlocks(uint32_t tensor,
   std::vector<std::pair<Buffer, Buffer>> buffers(parts);
   for (int p = 0; p < parts; ++p) {
     const Block& b = *jobs[bounds[p]].block;
+    if (in_place(b)) continue;  // a later block takes them if it needs
     buffers[p].first = {TakeSpare(b.len), b.len};
     buffers[p].second = {TakeSpare(b.slots_len), b.slots_len};
   }
@@ -496,6 +509,13 @@ Status ParamStore::ApplyBlocks(uint32_t tensor,
     for (size_t i = bounds[p]; i < bounds[p + 1]; ++i) {
       Job& j = jobs[i];
       Block& b = *j.block;
+      if (in_place(b)) {
+        j.finite = optimizer_.Apply({b.weights_owner.get(), b.len},
+                                    {b.slots_owner.get(), b.slots_len}, j.grad,
+                                    b.step + 1, lr_scale, &b.bound);
+        if (j.finite) ++b.step;
+        continue;
+      }
       fit(weights, b.len);
       fit(slots, b.slots_len);
       j.finite = optimizer_.Update(
@@ -503,6 +523,7 @@ Status ParamStore::ApplyBlocks(uint32_t tensor,
           {slots.data.get(), b.slots_len}, b.step + 1, lr_scale);
       if (!j.finite) continue;
       ++b.step;
+      b.bound = std::numeric_limits<float>::infinity();
       std::swap(b.weights_owner, weights.data);
       std::swap(b.slots_owner, slots.data);
     }
@@ -589,23 +610,18 @@ Status ParamStore::ApplyRows(uint32_t table, std::span<const uint64_t> keys,
       Table * found, FindTable(table, keys.size(), grads.size(), "gradient"));
   Table& t = *found;
   TETHER_RETURN_IF_ERROR(t.Ready(keys));
-  // Rows are small: each is copied aside and updated from the copy, and put
-  // back when an update would make it non-finite.
-  row_scratch_.resize(t.stride);
-  const std::span<const float> before(row_scratch_);
+  // Rows are updated in place (pulls copy them out, no frame shares
+  // them); one whose update would make it non-finite is left as it was.
   uint64_t refused = 0, first_refused = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     const uint64_t r = t.Touch(keys[i], seed_);
     float* row = t.Row(r);
-    std::copy(row, row + t.stride, row_scratch_.begin());
-    if (optimizer_.Update(before.first(t.dim), before.subspan(t.dim),
-                          grads.subspan(i * t.dim, t.dim), {row, t.dim},
-                          {row + t.dim, t.stride - t.dim}, t.steps[r] + 1,
-                          lr_scale)) {
+    if (optimizer_.Apply({row, t.dim}, {row + t.dim, t.stride - t.dim},
+                         grads.subspan(i * t.dim, t.dim), t.steps[r] + 1,
+                         lr_scale)) {
       ++t.steps[r];
-    } else {
-      std::copy(row_scratch_.begin(), row_scratch_.end(), row);
-      if (refused++ == 0) first_refused = keys[i];
+    } else if (refused++ == 0) {
+      first_refused = keys[i];
     }
   }
   if (refused > 0) {

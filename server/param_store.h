@@ -178,7 +178,6 @@ class ParamStore {
   const Optimizer optimizer_;
 
   std::unordered_map<size_t, std::vector<std::shared_ptr<float[]>>> spares_;
-  std::vector<float> row_scratch_;  // ApplyRows' copy of one row
 
   std::unordered_map<uint32_t, std::unique_ptr<Tensor>> tensors_;
   std::unordered_map<uint32_t, std::unique_ptr<Table>> tables_;

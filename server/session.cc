@@ -87,7 +87,7 @@ void Session::Deliver(Frame frame) {
     return conn_->Send(MakeErrorFrame(0, ProtocolError("duplicate Hello")));
   }
   if (const wire::Pull* pull = message.body_as_Pull();
-      pull != nullptr && pull->landing() != 0 && direct_pid_ == 0) {
+      pull != nullptr && pull->landing() != 0 && peer_.direct_pid == 0) {
     return conn_->Send(MakeErrorFrame(
         pull->request_id(),
         ProtocolError("this connection's pulls are answered with their "
@@ -99,11 +99,12 @@ void Session::Deliver(Frame frame) {
     // Read from the worker's memory: the frame it stands for goes on as if
     // it had come so.
     Result<Frame> read =
-        direct_pid_ == 0
+        peer_.direct_pid == 0
             ? Result<Frame>(ProtocolError(
                   "this connection's pushes must carry their floats: the "
                   "shard does not read them from its worker's memory"))
-            : ReadDirectPush(direct_pid_, *push, shard_->max_frame_bytes());
+            : ReadDirectPush(peer_.direct_pid, *push,
+                             shard_->max_frame_bytes());
     if (!read.ok()) {
       return conn_->Send(MakeErrorFrame(push->request_id(), read.status()));
     }
@@ -352,15 +353,15 @@ void Session::TakeDirectOffer(int pid) {
       : ends_         ? CheckPeerProcess(pid, *ends_)
               : Unavailable("not a plain TCP connection with known ends");
   if (!checked.ok()) {
-    TETHER_LOG(kInfo) << conn_->peer() << " offered to have its pushes read "
-                      << "from process " << pid
-                      << "; they travel over TCP: " << checked.message();
+    TETHER_LOG(kInfo) << conn_->peer() << " offered its memory (process " << pid
+                      << ") for its pushes and pulls; they travel "
+                      << "over TCP: " << checked.message();
     return;
   }
-  direct_pid_ = pid;
   peer_.direct_pid = pid;
   TETHER_LOG(kInfo) << conn_->peer() << " is process " << pid
-                    << " on this host: its pushes are read from its memory";
+                    << " on this host: its pushes are read from its memory, "
+                       "its pulls written into it";
 }
 
 OutFrame Session::MakeWelcome(int rank, int staleness) const {

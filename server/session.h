@@ -64,9 +64,6 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Touched on the connection's strand only.
   bool hello_done_ = false;
-  // The worker process whose pushes are read from its memory (its
-  // Hello.direct_pid, checked); 0: none, its pushes carry their floats.
-  int direct_pid_ = 0;
   ShardAuth auth_;
   PeerInfo peer_;
 };

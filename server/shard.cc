@@ -886,6 +886,14 @@ void Shard::StageLocked(int rank, const wire::Push& m) {
     if (m.keys()) p.keys.assign(m.keys()->begin(), m.keys()->end());
     if (m.rows()) p.values.assign(m.rows()->begin(), m.rows()->end());
   } else {
+    size_t floats = 0;
+    for (const wire::Block* block : *m.blocks()) {
+      floats += block->values()->size();
+    }
+    // Into a buffer an applied push left (no allocation, no fresh pages
+    // to fault in each clock), in one piece.
+    p.values = TakeStagingBuffer(floats);
+    p.blocks.reserve(m.blocks()->size());
     for (const wire::Block* block : *m.blocks()) {
       p.blocks.push_back(block->index());
       p.values.insert(p.values.end(), block->values()->begin(),
@@ -893,6 +901,20 @@ void Shard::StageLocked(int rank, const wire::Push& m) {
     }
   }
   staged_[clocks_.clock(rank)].push_back(std::move(p));
+}
+
+std::vector<float> Shard::TakeStagingBuffer(size_t floats) {
+  std::vector<float> buffer;
+  auto fits = std::find_if(
+      staging_spares_.begin(), staging_spares_.end(),
+      [floats](const std::vector<float>& b) { return b.capacity() >= floats; });
+  if (fits != staging_spares_.end()) {
+    buffer = std::move(*fits);
+    staging_spares_.erase(fits);
+  }
+  buffer.clear();
+  buffer.reserve(floats);
+  return buffer;
 }
 
 void Shard::ApplyStagedLocked() {
@@ -926,6 +948,11 @@ void Shard::ApplyStagedLocked() {
         TETHER_LOG(kError) << "staged push of worker " << p.rank
                            << " failed: " << s.message();
       }
+    }
+    // Their buffers serve the next clock's pushes.
+    for (StagedPush& p : pushes) {
+      if (p.sparse || staging_spares_.size() >= kStagingSpares) continue;
+      staging_spares_.push_back(std::move(p.values));
     }
   }
   staged_.erase(staged_.begin(), end);

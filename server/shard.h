@@ -304,6 +304,13 @@ class Shard {
   };
   void StageLocked(int rank, const wire::Push& m) TETHER_REQUIRES(mu_);
   void ApplyStagedLocked() TETHER_REQUIRES(mu_);
+  // An empty buffer with room for `floats`, from staging_spares_ when one
+  // fits.
+  std::vector<float> TakeStagingBuffer(size_t floats) TETHER_REQUIRES(mu_);
+  // Value buffers of applied staged pushes, kept for the next ones (a
+  // clock's pushes, one per tensor and worker).
+  static constexpr size_t kStagingSpares = 64;
+  std::vector<std::vector<float>> staging_spares_ TETHER_GUARDED_BY(mu_);
   // After the clocks moved: applies what the new minimum closes, takes a
   // checkpoint when due, then builds the replies of the released pulls
   // into `out`.

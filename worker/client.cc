@@ -190,6 +190,15 @@ struct Client::Impl {
     return options.direct_memory && !bf16() && direct_to &&
            direct_to[shard].load(std::memory_order_relaxed);
   }
+  // `shard` refused a push or pull by memory (kProtocol, `why`): said once
+  // here, and its pushes and pulls go over TCP until a PushAck says again
+  // that it takes this process's memory.
+  void FallBackToTcp(int shard, const Status& why) {
+    TETHER_LOG(kInfo) << "shard " << shard << " does not take this "
+                      << "process's memory (" << why.message()
+                      << "): its pushes and pulls go over TCP";
+    direct_to[shard] = false;
+  }
 
   const ClientOptions options;
   WelcomeInfo welcome;  // written by Connect() only
@@ -423,10 +432,7 @@ void Client::Impl::SendPullPart(int shard, uint32_t tensor,
           }
           landings.Give(std::move(landing));
           if (e.code() != Code::kProtocol) return fanout->Finish(e);
-          TETHER_LOG(kInfo) << "shard " << shard << " does not write pulls "
-                            << "into this process (" << e.message()
-                            << "): they come over TCP";
-          direct_to[shard] = false;
+          FallBackToTcp(shard, e);
           return SendPullPart(shard, tensor, std::move(blocks), for_clock, out,
                               std::move(fanout), false);
         }
@@ -530,10 +536,7 @@ void Client::Impl::SendDensePart(int shard, uint32_t tensor, int64_t read_clock,
        max_staleness](const wire::Message* m, const Status& e) mutable {
         if (m == nullptr) {
           if (direct && e.code() == Code::kProtocol) {
-            TETHER_LOG(kInfo) << "shard " << shard << " does not read "
-                              << "pushes from this process (" << e.message()
-                              << "): they go over TCP";
-            direct_to[shard] = false;
+            FallBackToTcp(shard, e);
             return SendDensePart(shard, tensor, read_clock, provide,
                                  std::move(blocks), grad, std::move(fanout),
                                  false, max_staleness);

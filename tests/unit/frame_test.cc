@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace tether {
 namespace {
@@ -132,6 +133,45 @@ TEST(Frame, RoundTripVerifies) {
   EXPECT_EQ(hello->address(), nullptr);
   ASSERT_NE(hello->client_name(), nullptr);
   EXPECT_EQ(hello->client_name()->str(), "trainer");
+}
+
+TEST(Frame, AdoptedBuilderIsTheFrameWithoutACopy) {
+  // Large enough for the pool, as a push read from a worker is.
+  auto fbb = MakeBuilder(size_t{256} << 10);
+  std::vector<float> values(50000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * i;
+  auto floats = fbb.CreateVector(values);
+  auto block = wire::CreateBlock(fbb, 7, floats);
+  auto blocks = fbb.CreateVector(&block, 1);
+  wire::PushBuilder pb(fbb);
+  pb.add_request_id(42);
+  pb.add_tensor(3);
+  pb.add_blocks(blocks);
+  wire::FinishSizePrefixedMessageBuffer(
+      fbb, wire::CreateMessage(fbb, wire::Body::Push, pb.Finish().Union()));
+  const uint8_t* built = fbb.GetBufferPointer();
+  const size_t built_size = fbb.GetSize();
+
+  Frame frame = Frame::Adopt(fbb);
+  EXPECT_EQ(frame.data(), built);  // the builder's own bytes
+  EXPECT_EQ(frame.size(), built_size);
+  EXPECT_EQ(ReadLe32(frame.data()), frame.body_size());
+  EXPECT_EQ(frame.body(), frame.data() + kFrameHeaderBytes);
+  EXPECT_EQ(fbb.GetSize(), 0u);
+  Status s = frame.Verify();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const wire::Push* push = frame.message()->body_as_Push();
+  ASSERT_NE(push, nullptr);
+  EXPECT_EQ(push->request_id(), 42u);
+  EXPECT_EQ(push->tensor(), 3u);
+  ASSERT_EQ(push->blocks()->size(), 1u);
+  const auto* got = push->blocks()->Get(0)->values();
+  ASSERT_EQ(got->size(), values.size());
+  EXPECT_EQ(got->Get(49999), 0.5f * 49999);
+  // Moved, the frame keeps its bytes where they were.
+  Frame moved = std::move(frame);
+  EXPECT_EQ(moved.data(), built);
+  EXPECT_TRUE(moved.Verify().ok());
 }
 
 TEST(Frame, BodyTooShortIsBadFrame) {

@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -14,6 +17,19 @@
 
 namespace tether {
 namespace {
+
+constexpr OptimizerKind kEveryKind[] = {
+    OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdaGrad,
+    OptimizerKind::kAdam};
+
+// n values drawn from N(0, scale^2); their magnitudes when `magnitudes`.
+std::vector<float> Normal(std::mt19937& rng, size_t n, float scale = 1.0f,
+                          bool magnitudes = false) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> values(n);
+  for (float& x : values) x = magnitudes ? std::abs(normal(rng)) : normal(rng);
+  return values;
+}
 
 Optimizer Make(OptimizerKind kind, float lr) {
   OptimizerOptions options;
@@ -154,8 +170,7 @@ TEST(Optimizer, LrScaleHalvesTheMomentumStep) {
 }
 
 TEST(Optimizer, ParseAcceptsEveryNameItPrints) {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum,
-                             OptimizerKind::kAdaGrad, OptimizerKind::kAdam}) {
+  for (OptimizerKind kind : kEveryKind) {
     Result<OptimizerKind> parsed = ParseOptimizerKind(OptimizerName(kind));
     ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
     EXPECT_EQ(*parsed, kind);
@@ -220,8 +235,7 @@ Element Reference(const OptimizerOptions& o, float lr_scale, uint64_t step,
 // tail.
 TEST(Optimizer, VectorizedLoopsAreBitIdenticalToTheScalarReference) {
   const size_t n = 1003;
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum,
-                             OptimizerKind::kAdaGrad, OptimizerKind::kAdam}) {
+  for (OptimizerKind kind : kEveryKind) {
     SCOPED_TRACE(OptimizerName(kind));
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -242,6 +256,11 @@ TEST(Optimizer, VectorizedLoopsAreBitIdenticalToTheScalarReference) {
     const uint64_t step = 5;
     const float lr_scale = 0.75f;
     ASSERT_TRUE(opt.Update(w, slots, g, w_out, slots_out, step, lr_scale));
+    // In place, the same values to the bit.
+    std::vector<float> w_in_place = w, slots_in_place = slots;
+    ASSERT_TRUE(opt.Apply(w_in_place, slots_in_place, g, step, lr_scale));
+    ASSERT_EQ(w_in_place, w_out);
+    ASSERT_EQ(slots_in_place, slots_out);
     for (size_t i = 0; i < n; ++i) {
       const Element e = Reference(o, lr_scale, step, w[i], k > 0 ? slots[i] : 0,
                                   k > 1 ? slots[n + i] : 0, g[i]);
@@ -300,6 +319,116 @@ TEST(Optimizer, SubnormalsAreTakenAndLeftAsZeroAndTheCallersModeKept) {
   EXPECT_EQ(_mm_getcsr(), mode);
 }
 #endif
+
+// Update checks what it writes as it writes it (no second pass), Apply
+// before it writes: a weight or any optimizer slot that comes out Inf or
+// NaN, at any position of the vectorized body or its tail, makes either
+// return false, and Apply then leaves every weight and slot as it was.
+TEST(Optimizer, UpdateRefusesANonFiniteResultInAnyOutputAndPosition) {
+  const size_t n = 67;  // whole vectors of every width and a tail
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (OptimizerKind kind : kEveryKind) {
+    SCOPED_TRACE(OptimizerName(kind));
+    const Optimizer opt = Make(kind, 0.01f);
+    const size_t k = static_cast<size_t>(opt.slots_per_weight());
+    std::vector<float> w(n, 0.5f), g(n, 0.25f), slots(k * n, 0.125f);
+    std::vector<float> w_out(n), slots_out(k * n);
+    ASSERT_TRUE(opt.Update(w, slots, g, w_out, slots_out, 2));
+    for (size_t i = 0; i < n; ++i) {
+      // Apply on copies: refused, it must leave them bit for bit.
+      auto expect_apply_refused = [&](const std::string& what) {
+        std::vector<float> w_copy = w, slots_copy = slots;
+        EXPECT_FALSE(opt.Apply(w_copy, slots_copy, g, 2)) << what;
+        EXPECT_EQ(std::memcmp(w_copy.data(), w.data(), n * sizeof(float)), 0)
+            << what;
+        EXPECT_EQ(
+            std::memcmp(slots_copy.data(), slots.data(), k * n * sizeof(float)),
+            0)
+            << what;
+      };
+      w[i] = std::numeric_limits<float>::infinity();
+      EXPECT_FALSE(opt.Update(w, slots, g, w_out, slots_out, 2))
+          << "weight " << i;
+      expect_apply_refused("weight " + std::to_string(i));
+      w[i] = 0.5f;
+      for (size_t j = 0; j < k; ++j) {
+        slots[j * n + i] = nan;
+        EXPECT_FALSE(opt.Update(w, slots, g, w_out, slots_out, 2))
+            << "slot " << j << " of weight " << i;
+        expect_apply_refused("slot " + std::to_string(j) + " of weight " +
+                             std::to_string(i));
+        slots[j * n + i] = 0.125f;
+      }
+    }
+    ASSERT_TRUE(opt.Update(w, slots, g, w_out, slots_out, 2));
+  }
+  // A finite gradient whose square overflows: only Adam's second moment
+  // becomes Inf (the weight's step is then 0, finite), and that is enough.
+  const Optimizer adam = Make(OptimizerKind::kAdam, 0.01f);
+  std::vector<float> w(n, 0.5f), g(n, 0.25f), slots(2 * n, 0.125f);
+  std::vector<float> w_out(n), slots_out(2 * n);
+  g[n - 1] = 1e30f;
+  EXPECT_FALSE(adam.Update(w, slots, g, w_out, slots_out, 2));
+  EXPECT_TRUE(std::isinf(slots_out[2 * n - 1]));
+  EXPECT_TRUE(std::isfinite(w_out[n - 1]));
+  EXPECT_FALSE(adam.Apply(w, slots, g, 2));
+  EXPECT_EQ(w, std::vector<float>(n, 0.5f));
+  EXPECT_EQ(slots, std::vector<float>(2 * n, 0.125f));
+}
+
+// With the block's bound, Apply writes in one pass when the bound and the
+// gradient prove nothing can overflow: the same values to the bit as
+// without it, the bound then the largest magnitude written; and where they
+// prove nothing (a gradient or a state near overflow) every result is
+// still checked first and a refused update writes nothing.
+TEST(Optimizer, ApplyWithABoundWritesTheSameValuesAndStillRefusesOverflow) {
+  const size_t n = 1003;
+  for (OptimizerKind kind : kEveryKind) {
+    SCOPED_TRACE(OptimizerName(kind));
+    const Optimizer opt = Make(kind, 0.01f);
+    const size_t k = static_cast<size_t>(opt.slots_per_weight());
+    std::mt19937 rng(11);
+    std::vector<float> w = Normal(rng, n);
+    std::vector<float> slots = Normal(rng, k * n, 0.1f, /*magnitudes=*/true);
+    float bound = std::numeric_limits<float>::infinity();
+    for (uint64_t step = 1; step <= 3; ++step) {
+      const std::vector<float> g = Normal(rng, n);
+      std::vector<float> w_out(n), slots_out(k * n);
+      ASSERT_TRUE(opt.Update(w, slots, g, w_out, slots_out, step));
+      ASSERT_TRUE(opt.Apply(w, slots, g, step, 1.0f, &bound));
+      ASSERT_EQ(std::memcmp(w.data(), w_out.data(), n * sizeof(float)), 0)
+          << "step " << step;
+      ASSERT_EQ(
+          std::memcmp(slots.data(), slots_out.data(), k * n * sizeof(float)), 0)
+          << "step " << step;
+      float largest = 0;
+      for (float x : w) largest = std::max(largest, std::abs(x));
+      for (float x : slots) largest = std::max(largest, std::abs(x));
+      EXPECT_EQ(bound, largest) << "step " << step;
+    }
+    // A gradient whose square or step (at lr 10) overflows: refused with a
+    // finite bound too, nothing written, the bound kept.
+    const std::vector<float> w_before = w, slots_before = slots;
+    const float bound_before = bound;
+    std::vector<float> huge(n, 0.5f);
+    huge[n - 1] = 3e38f;
+    EXPECT_FALSE(Make(kind, 10.0f).Apply(w, slots, huge, 4, 1.0f, &bound));
+    EXPECT_EQ(w, w_before);
+    EXPECT_EQ(slots, slots_before);
+    EXPECT_EQ(bound, bound_before);
+  }
+  // A state near overflow (its bound says so) and a gradient that tips a
+  // momentum over: checked, refused.
+  const Optimizer momentum = Make(OptimizerKind::kMomentum, 0.01f);
+  std::vector<float> w(n, 1.0f), v(n, 1.0f), g(n, 1.0f);
+  v[5] = 3e38f;
+  g[5] = 1e38f;
+  float bound = 3e38f;
+  EXPECT_FALSE(momentum.Apply(w, v, g, 2, 1.0f, &bound));
+  EXPECT_EQ(v[5], 3e38f);
+  EXPECT_EQ(w[5], 1.0f);
+  EXPECT_EQ(bound, 3e38f);
+}
 
 TEST(Optimizer, AllFiniteFindsANonFiniteValueInAnyPosition) {
   std::vector<float> values(37, 1.5f);

@@ -554,6 +554,36 @@ TEST(ParamStore, UpdateLeavesASharedBlockAsItWasShared) {
   EXPECT_NE(ReadAll(store, *id), seen);
 }
 
+// A block no frame or snapshot shares is updated in its own buffers (no
+// copy into others); one that is shared gets new buffers, and the values
+// are the same either way.
+TEST(ParamStore, AnUnsharedBlockIsUpdatedInPlaceASharedOneIntoNewBuffers) {
+  ParamStore store(7, 4, Opt(OptimizerKind::kAdam));
+  ParamStore twin(7, 4, Opt(OptimizerKind::kAdam));
+  auto id = store.DefineTensor("w", {4}, Uniform(0.5f));
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(twin.DefineTensor("w", {4}, Uniform(0.5f)).ok());
+  const std::vector<float> grad = {0.1f, -0.2f, 0.3f, -0.4f};
+  ASSERT_TRUE(store.ApplyBlock(*id, 0, grad).ok());
+  const float* buffer = nullptr;
+  {
+    auto shared = store.ShareBlock(*id, 0);
+    ASSERT_TRUE(shared.ok());
+    buffer = shared->values.data();
+  }
+  ASSERT_TRUE(store.ApplyBlock(*id, 0, grad).ok());  // unshared: in place
+  auto shared = store.ShareBlock(*id, 0);
+  ASSERT_TRUE(shared.ok());
+  EXPECT_EQ(shared->values.data(), buffer);
+  ASSERT_TRUE(store.ApplyBlock(*id, 0, grad).ok());  // shared: elsewhere
+  auto after = store.ShareBlock(*id, 0);
+  ASSERT_TRUE(after.ok());
+  EXPECT_NE(after->values.data(), buffer);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(twin.ApplyBlock(*id, 0, grad).ok());
+  const std::vector<float> a = ReadAll(store, *id), b = ReadAll(twin, *id);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), 4 * sizeof(float)), 0);
+}
+
 }  // namespace tether
 
 // --- ParamStore: provided values --------------------------------------------
