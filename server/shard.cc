@@ -905,12 +905,17 @@ void Shard::StageLocked(int rank, const wire::Push& m) {
 
 std::vector<float> Shard::TakeStagingBuffer(size_t floats) {
   std::vector<float> buffer;
-  auto fits = std::find_if(
-      staging_spares_.begin(), staging_spares_.end(),
-      [floats](const std::vector<float>& b) { return b.capacity() >= floats; });
-  if (fits != staging_spares_.end()) {
-    buffer = std::move(*fits);
-    staging_spares_.erase(fits);
+  // The smallest that fits, so that a bias does not take a layer's.
+  auto best = staging_spares_.end();
+  for (auto it = staging_spares_.begin(); it != staging_spares_.end(); ++it) {
+    if (it->capacity() >= floats &&
+        (best == staging_spares_.end() || it->capacity() < best->capacity())) {
+      best = it;
+    }
+  }
+  if (best != staging_spares_.end()) {
+    buffer = std::move(*best);
+    staging_spares_.erase(best);
   }
   buffer.clear();
   buffer.reserve(floats);

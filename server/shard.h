@@ -304,8 +304,8 @@ class Shard {
   };
   void StageLocked(int rank, const wire::Push& m) TETHER_REQUIRES(mu_);
   void ApplyStagedLocked() TETHER_REQUIRES(mu_);
-  // An empty buffer with room for `floats`, from staging_spares_ when one
-  // fits.
+  // An empty buffer with room for `floats`: the smallest of
+  // staging_spares_ that fits, else a new one.
   std::vector<float> TakeStagingBuffer(size_t floats) TETHER_REQUIRES(mu_);
   // Value buffers of applied staged pushes, kept for the next ones (a
   // clock's pushes, one per tensor and worker).
