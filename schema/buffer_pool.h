@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "flatbuffers/flatbuffers.h"
@@ -41,6 +43,40 @@ class BufferPool {
   // By class.
   std::vector<std::vector<uint8_t*>> free_ TETHER_GUARDED_BY(mu_);
   size_t idle_ TETHER_GUARDED_BY(mu_) = 0;
+};
+
+// Gives a buffer of `size` bytes back to BufferPool::Default().
+struct PooledRelease {
+  size_t size;  // no initializer: keeps it default-constructible here
+  void operator()(uint8_t* p) const { BufferPool::Default().Release(p, size); }
+};
+using PooledBytes = std::unique_ptr<uint8_t[], PooledRelease>;
+
+// `size` bytes (uninitialized) from BufferPool::Default(), given back when
+// the pointer goes.
+inline PooledBytes AllocatePooled(size_t size) {
+  return PooledBytes(BufferPool::Default().Allocate(size), PooledRelease{size});
+}
+
+// `size` floats (uninitialized) from BufferPool::Default(), given back when
+// it goes. Move-only.
+class PooledFloats {
+ public:
+  PooledFloats() = default;
+  explicit PooledFloats(size_t size)
+      : bytes_(AllocatePooled(size * sizeof(float))), size_(size) {}
+
+  float* data() { return reinterpret_cast<float*>(bytes_.get()); }
+  const float* data() const {
+    return reinterpret_cast<const float*>(bytes_.get());
+  }
+  size_t size() const { return size_; }
+  std::span<float> span() { return {data(), size_}; }
+  std::span<const float> span() const { return {data(), size_}; }
+
+ private:
+  PooledBytes bytes_;
+  size_t size_ = 0;
 };
 
 // A FlatBuffers allocator drawing from BufferPool::Default().

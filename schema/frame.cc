@@ -5,23 +5,22 @@
 namespace tether {
 
 Frame::Frame(uint32_t body_size)
-    : bytes_(BufferPool::Default().Allocate(kFrameHeaderBytes + body_size),
-             Release{kFrameHeaderBytes + body_size}),
+    : bytes_(AllocatePooled(kFrameHeaderBytes + body_size)),
       size_(kFrameHeaderBytes + body_size) {
   for (size_t i = 0; i < kFrameHeaderBytes; ++i) {
     bytes_[i] = static_cast<uint8_t>(body_size >> (8 * i));
   }
 }
 
-Frame Frame::Adopt(flatbuffers::FlatBufferBuilder& fbb) {
+Frame Frame::Adopt(PooledBuilder& fbb) {
   const size_t size = fbb.GetSize();
   size_t allocated = 0;
   size_t offset = 0;
   Frame frame;
   // The builder's buffer came from BufferPool::Default() through
   // PooledAllocator, with `allocated` bytes: Release gives it back so.
-  frame.bytes_ = std::unique_ptr<uint8_t[], Release>(
-      fbb.ReleaseRaw(allocated, offset), Release{allocated});
+  frame.bytes_ =
+      PooledBytes(fbb.ReleaseRaw(allocated, offset), PooledRelease{allocated});
   frame.offset_ = offset;
   frame.size_ = size;
   return frame;

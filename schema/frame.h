@@ -25,6 +25,15 @@ inline constexpr size_t kDefaultMaxFrameBytes = size_t{64} << 20;
 // A FlatBuffer is at least a root offset and the file identifier.
 inline constexpr size_t kMinFrameBodyBytes = 8;
 
+// A builder whose buffer, when large, comes from the BufferPool: what
+// Frame::Adopt takes.
+class PooledBuilder : public flatbuffers::FlatBufferBuilder {
+ public:
+  explicit PooledBuilder(size_t expected_bytes)
+      : flatbuffers::FlatBufferBuilder(expected_bytes,
+                                       &PooledAllocator::Instance()) {}
+};
+
 // A received frame: the header and body bytes, owned. Move-only.
 class Frame {
  public:
@@ -34,9 +43,9 @@ class Frame {
   explicit Frame(uint32_t body_size);
 
   // Takes the finished size-prefixed frame out of `fbb` without copying
-  // it; `fbb` must draw from PooledAllocator::Instance() (MakeBuilder) and
-  // is empty after. Verify() still decides whether it is a message.
-  static Frame Adopt(flatbuffers::FlatBufferBuilder& fbb);
+  // it (its buffer came from the BufferPool, as a frame's does); `fbb` is
+  // empty after. Verify() still decides whether it is a message.
+  static Frame Adopt(PooledBuilder& fbb);
 
   uint8_t* body() { return bytes_.get() + offset_ + kFrameHeaderBytes; }
   const uint8_t* data() const { return bytes_.get() + offset_; }
@@ -55,15 +64,9 @@ class Frame {
   Status Verify() const;
 
  private:
-  struct Release {
-    size_t size;  // no initializer: keeps Release default-constructible here
-    void operator()(uint8_t* p) const {
-      BufferPool::Default().Release(p, size);
-    }
-  };
-  std::unique_ptr<uint8_t[], Release> bytes_;  // the whole allocation
-  size_t offset_ = 0;                          // where the header starts in it
-  size_t size_ = 0;                            // header + body
+  PooledBytes bytes_;  // the whole allocation
+  size_t offset_ = 0;  // where the header starts in it
+  size_t size_ = 0;    // header + body
 };
 
 // Parses a header; kFrameTooLarge or kBadFrame when it cannot start a frame.
@@ -72,9 +75,8 @@ Result<uint32_t> ParseFrameHeader(const uint8_t header[kFrameHeaderBytes],
 
 // A builder for an outgoing frame of about `expected_bytes`; large ones draw
 // their buffer from the BufferPool.
-inline flatbuffers::FlatBufferBuilder MakeBuilder(size_t expected_bytes) {
-  return flatbuffers::FlatBufferBuilder(expected_bytes,
-                                        &PooledAllocator::Instance());
+inline PooledBuilder MakeBuilder(size_t expected_bytes) {
+  return PooledBuilder(expected_bytes);
 }
 
 // An outgoing frame: one finished FlatBuffer, immutable once built and

@@ -22,18 +22,34 @@ namespace tether {
 
 namespace {
 
+// |x|'s bits: for magnitudes, unsigned order is the order of the floats,
+// and Inf and NaN come above every finite value (0x7f800000 and up).
+[[gnu::always_inline]] inline uint32_t AbsBits(float x) {
+  return std::bit_cast<uint32_t>(x) & 0x7fffffffu;
+}
+
 // 1 when `x` is Inf or NaN (every exponent bit set), else 0.
 [[gnu::always_inline]] inline uint32_t NonFinite(float x) {
-  return static_cast<uint32_t>((std::bit_cast<uint32_t>(x) & 0x7f800000u) ==
-                               0x7f800000u);
+  return static_cast<uint32_t>(AbsBits(x) >= 0x7f800000u);
+}
+
+// The largest AbsBits of x[0..n).
+[[gnu::always_inline]] inline uint32_t MaxAbsBits(size_t n,
+                                                  const float* __restrict x) {
+  uint32_t top = 0;
+  for (size_t i = 0; i < n; ++i) top = std::max(top, AbsBits(x[i]));
+  return top;
+}
+
+// The magnitude whose bits are `bits`, any NaN's taken as +Inf.
+float MagnitudeOf(uint32_t bits) {
+  return std::bit_cast<float>(std::min(bits, 0x7f800000u));
 }
 
 }  // namespace
 
-TETHER_VECTOR_CLONES bool AllFinite(std::span<const float> values) {
-  uint32_t bad = 0;
-  for (float v : values) bad |= NonFinite(v);
-  return bad == 0;
+TETHER_VECTOR_CLONES float MaxMagnitude(std::span<const float> values) {
+  return MagnitudeOf(MaxAbsBits(values.size(), values.data()));
 }
 
 int Optimizer::slots_per_weight() const {
@@ -155,20 +171,6 @@ template <typename Rule>
                                     Rule::kSlots > 1 ? s1[i] : 0.0f));
   }
   return bad;
-}
-
-// |x|'s bits: for magnitudes, unsigned order is the order of the floats,
-// and Inf and NaN come above every finite value (0x7f800000 and up).
-[[gnu::always_inline]] inline uint32_t AbsBits(float x) {
-  return std::bit_cast<uint32_t>(x) & 0x7fffffffu;
-}
-
-// The largest AbsBits of x[0..n).
-[[gnu::always_inline]] inline uint32_t MaxAbsBits(size_t n,
-                                                  const float* __restrict x) {
-  uint32_t top = 0;
-  for (size_t i = 0; i < n; ++i) top = std::max(top, AbsBits(x[i]));
-  return top;
 }
 
 // The results over the inputs; returns the largest AbsBits written.
@@ -319,7 +321,8 @@ TETHER_VECTOR_CLONES bool Optimizer::Apply(std::span<float> weights,
                                            std::span<float> slots,
                                            std::span<const float> grad,
                                            uint64_t step, float lr_scale,
-                                           float* bound) const {
+                                           float* bound,
+                                           float grad_bound) const {
   const size_t n = weights.size();
   assert(grad.size() == n);
   assert(slots.size() == static_cast<size_t>(slots_per_weight()) * n);
@@ -332,8 +335,9 @@ TETHER_VECTOR_CLONES bool Optimizer::Apply(std::span<float> weights,
   const bool proven =
       bound != nullptr && std::isfinite(*bound) &&
       CannotOverflow(options_, step, lr_scale, *bound,
-                     std::bit_cast<float>(
-                         std::min(MaxAbsBits(n, grad.data()), 0x7f800000u)));
+                     std::isfinite(grad_bound)
+                         ? grad_bound
+                         : MagnitudeOf(MaxAbsBits(n, grad.data())));
   [[maybe_unused]] const SubnormalsAsZero flush;
   uint32_t top = 0;
   const bool refused =
@@ -350,8 +354,7 @@ TETHER_VECTOR_CLONES bool Optimizer::Apply(std::span<float> weights,
   if (refused) return false;
   // Never above 0x7f800000 once proven: Inf, not a NaN's bits, if ever.
   assert(top < 0x7f800000u);
-  if (bound != nullptr)
-    *bound = std::bit_cast<float>(std::min(top, 0x7f800000u));
+  if (bound != nullptr) *bound = MagnitudeOf(top);
   return true;
 }
 

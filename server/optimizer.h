@@ -9,6 +9,7 @@
 #include <boost/describe/class.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 
@@ -16,9 +17,11 @@
 
 namespace tether {
 
-// True when no value is NaN or +-Inf. Reads the bits, so it vectorizes
-// and holds under any floating-point flags.
-bool AllFinite(std::span<const float> values);
+// The largest magnitude in `values` (0 when empty), or +Inf when any is
+// NaN or +-Inf: one scan both checks a push and bounds its gradient for
+// Optimizer::Apply. Reads the bits, so it vectorizes and holds under any
+// floating-point flags.
+float MaxMagnitude(std::span<const float> values);
 
 // The index of the first NaN or +-Inf in `values`, or values.size().
 size_t FirstNonFinite(std::span<const float> values);
@@ -96,10 +99,13 @@ class Optimizer {
   // not known (a new block, one changed any other way). When it and the
   // gradient prove that no result can overflow, the check pass is skipped
   // (each value is read once); after an update it holds the largest
-  // magnitude written.
+  // magnitude written. `grad_bound`, when finite, is at least the magnitude
+  // of every gradient value (MaxMagnitude of `grad` or of more), so the
+  // proof need not scan the gradient again; +Inf when not known.
   bool Apply(std::span<float> weights, std::span<float> slots,
              std::span<const float> grad, uint64_t step, float lr_scale = 1.0f,
-             float* bound = nullptr) const;
+             float* bound = nullptr,
+             float grad_bound = std::numeric_limits<float>::infinity()) const;
   // The same update out of place: reads (weights, slots), writes the
   // updated values to (out_weights, out_slots), which must not overlap
   // them. Returns false when an updated weight or slot is not finite; the

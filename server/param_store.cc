@@ -416,6 +416,8 @@ Status ParamStore::ApplyBlocks(uint32_t tensor,
     uint32_t index;
     Block* block;
     std::span<const float> grad;
+    float grad_bound;
+    bool in_place;  // no frame or snapshot shares the block's buffers
     bool finite = false;
   };
   std::vector<Job> jobs;
@@ -447,7 +449,9 @@ Status ParamStore::ApplyBlocks(uint32_t tensor,
     }
     Block& b =
         t->Touch(g.block, block_size_, seed_, optimizer_.slots_per_weight());
-    jobs.push_back({g.block, &b, g.grad});
+    const bool in_place = (b.len == 0 || Exclusive(b.weights_owner)) &&
+                          (b.slots_len == 0 || Exclusive(b.slots_owner));
+    jobs.push_back({g.block, &b, g.grad, g.bound, in_place});
     floats += b.len;
   }
   if (jobs.empty()) return first;
@@ -460,10 +464,6 @@ Status ParamStore::ApplyBlocks(uint32_t tensor,
   // buffers a frame or a snapshot still holds are never written; the
   // block's old buffers serve the part's next such block when no one else
   // holds them.
-  auto in_place = [](const Block& b) {
-    return (b.len == 0 || Exclusive(b.weights_owner)) &&
-           (b.slots_len == 0 || Exclusive(b.slots_owner));
-  };
   int parts = 1;
   if (pool != nullptr && pool->threads() > 1 &&
       floats >= kParallelApplyFloats) {
@@ -488,8 +488,9 @@ Status ParamStore::ApplyBlocks(uint32_t tensor,
   }
   std::vector<std::pair<Buffer, Buffer>> buffers(parts);
   for (int p = 0; p < parts; ++p) {
-    const Block& b = *jobs[bounds[p]].block;
-    if (in_place(b)) continue;  // a later block takes them if it needs
+    const Job& j = jobs[bounds[p]];
+    if (j.in_place) continue;  // a later block takes them if it needs
+    const Block& b = *j.block;
     buffers[p].first = {TakeSpare(b.len), b.len};
     buffers[p].second = {TakeSpare(b.slots_len), b.slots_len};
   }
@@ -509,10 +510,10 @@ Status ParamStore::ApplyBlocks(uint32_t tensor,
     for (size_t i = bounds[p]; i < bounds[p + 1]; ++i) {
       Job& j = jobs[i];
       Block& b = *j.block;
-      if (in_place(b)) {
-        j.finite = optimizer_.Apply({b.weights_owner.get(), b.len},
-                                    {b.slots_owner.get(), b.slots_len}, j.grad,
-                                    b.step + 1, lr_scale, &b.bound);
+      if (j.in_place) {
+        j.finite = optimizer_.Apply(
+            {b.weights_owner.get(), b.len}, {b.slots_owner.get(), b.slots_len},
+            j.grad, b.step + 1, lr_scale, &b.bound, j.grad_bound);
         if (j.finite) ++b.step;
         continue;
       }

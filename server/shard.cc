@@ -464,6 +464,7 @@ Status Shard::CheckReplySizeLocked(bool sparse, uint32_t tensor,
 }
 
 Status Shard::CheckDensePush(const wire::Push& m) {
+  block_grads_.clear();
   TETHER_ASSIGN_OR_RETURN(auto size, store_.TensorSize(m.tensor()));
   if (m.blocks() == nullptr) return InvalidArgument("push carries no blocks");
   const uint64_t bs = settings_.block_size;
@@ -481,16 +482,22 @@ Status Shard::CheckDensePush(const wire::Push& m) {
                              " has " + std::to_string(got) +
                              " values, expected " + std::to_string(expected));
     }
-    TETHER_RETURN_IF_ERROR(CheckFinite(
-        m, {block->values()->data(), block->values()->size()},
-        " block " + std::to_string(block->index()), block->index() * bs));
+    const std::span<const float> values = ToSpan(block->values());
+    TETHER_ASSIGN_OR_RETURN(
+        const float bound,
+        CheckFinite(m, values, " block " + std::to_string(block->index()),
+                    block->index() * bs));
+    block_grads_.push_back({block->index(), values, bound});
   }
   return Status::Ok();
 }
 
-Status Shard::CheckFinite(const wire::Push& m, std::span<const float> values,
-                          const std::string& part, uint64_t first_index) {
-  if (AllFinite(values)) return Status::Ok();
+Result<float> Shard::CheckFinite(const wire::Push& m,
+                                 std::span<const float> values,
+                                 const std::string& part,
+                                 uint64_t first_index) {
+  const float bound = MaxMagnitude(values);
+  if (std::isfinite(bound)) return bound;
   const size_t bad = FirstNonFinite(values);
   return Status(Code::kNonFinite,
                 "push to tensor '" + store_.NameOf(m.tensor()) + "'" + part +
@@ -515,7 +522,7 @@ Status Shard::CheckSparsePush(const wire::Push& m) {
                            " keys of width " + std::to_string(dim));
   }
   if (rows == 0) return Status::Ok();
-  return CheckFinite(m, {m.rows()->data(), m.rows()->size()}, "", 0);
+  return CheckFinite(m, {m.rows()->data(), m.rows()->size()}, "", 0).status();
 }
 
 namespace {
@@ -657,12 +664,9 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   } else {
     // An update refused as overflowing leaves its block unchanged; the
     // push's other blocks still apply, and the worker hears of the first.
-    std::vector<ParamStore::BlockGrad>& grads = block_grads_;
-    grads.clear();
-    for (const wire::Block* block : *m.blocks()) {
-      grads.push_back({block->index(), ToSpan(block->values())});
-    }
-    s = store_.ApplyBlocks(m.tensor(), grads, lr_scale, apply_pool_.get());
+    // CheckDensePush listed the blocks with their gradients' bounds.
+    s = store_.ApplyBlocks(m.tensor(), block_grads_, lr_scale,
+                           apply_pool_.get());
   }
   ++pushes_;
   ++staleness_histogram_[std::min<int64_t>(staleness, kStalenessBuckets - 1)];
@@ -884,42 +888,26 @@ void Shard::StageLocked(int rank, const wire::Push& m) {
   p.sparse = m.sparse();
   if (m.sparse()) {
     if (m.keys()) p.keys.assign(m.keys()->begin(), m.keys()->end());
-    if (m.rows()) p.values.assign(m.rows()->begin(), m.rows()->end());
+    const std::span<const float> rows = ToSpan(m.rows());
+    p.values = PooledFloats(rows.size());
+    std::copy(rows.begin(), rows.end(), p.values.data());
   } else {
+    // CheckDensePush listed the blocks with their bounds.
     size_t floats = 0;
-    for (const wire::Block* block : *m.blocks()) {
-      floats += block->values()->size();
+    p.bound = 0;
+    for (const ParamStore::BlockGrad& g : block_grads_) {
+      floats += g.grad.size();
+      p.bound = std::max(p.bound, g.bound);
     }
-    // Into a buffer an applied push left (no allocation, no fresh pages
-    // to fault in each clock), in one piece.
-    p.values = TakeStagingBuffer(floats);
-    p.blocks.reserve(m.blocks()->size());
-    for (const wire::Block* block : *m.blocks()) {
-      p.blocks.push_back(block->index());
-      p.values.insert(p.values.end(), block->values()->begin(),
-                      block->values()->end());
+    p.values = PooledFloats(floats);
+    p.blocks.reserve(block_grads_.size());
+    float* at = p.values.data();
+    for (const ParamStore::BlockGrad& g : block_grads_) {
+      p.blocks.push_back(g.block);
+      at = std::copy(g.grad.begin(), g.grad.end(), at);
     }
   }
   staged_[clocks_.clock(rank)].push_back(std::move(p));
-}
-
-std::vector<float> Shard::TakeStagingBuffer(size_t floats) {
-  std::vector<float> buffer;
-  // The smallest that fits, so that a bias does not take a layer's.
-  auto best = staging_spares_.end();
-  for (auto it = staging_spares_.begin(); it != staging_spares_.end(); ++it) {
-    if (it->capacity() >= floats &&
-        (best == staging_spares_.end() || it->capacity() < best->capacity())) {
-      best = it;
-    }
-  }
-  if (best != staging_spares_.end()) {
-    buffer = std::move(*best);
-    staging_spares_.erase(best);
-  }
-  buffer.clear();
-  buffer.reserve(floats);
-  return buffer;
 }
 
 void Shard::ApplyStagedLocked() {
@@ -933,7 +921,7 @@ void Shard::ApplyStagedLocked() {
     for (const StagedPush& p : pushes) {
       Status s;
       if (p.sparse) {
-        s = store_.ApplyRows(p.tensor, p.keys, p.values);
+        s = store_.ApplyRows(p.tensor, p.keys, p.values.span());
       } else {
         auto size = store_.TensorSize(p.tensor);  // checked when staged
         const uint64_t bs = settings_.block_size;
@@ -943,7 +931,7 @@ void Shard::ApplyStagedLocked() {
         for (uint32_t block : p.blocks) {
           if (!size.ok()) break;
           size_t n = std::min(bs, *size - uint64_t{block} * bs);
-          grads.push_back({block, std::span(p.values.data() + at, n)});
+          grads.push_back({block, std::span(p.values.data() + at, n), p.bound});
           at += n;
         }
         s = store_.ApplyBlocks(p.tensor, grads, 1.0f, apply_pool_.get());
@@ -953,11 +941,6 @@ void Shard::ApplyStagedLocked() {
         TETHER_LOG(kError) << "staged push of worker " << p.rank
                            << " failed: " << s.message();
       }
-    }
-    // Their buffers serve the next clock's pushes.
-    for (StagedPush& p : pushes) {
-      if (p.sparse || staging_spares_.size() >= kStagingSpares) continue;
-      staging_spares_.push_back(std::move(p.values));
     }
   }
   staged_.erase(staged_.begin(), end);

@@ -14,11 +14,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 
+#include "schema/buffer_pool.h"
 #include "schema/connection.h"
 #include "schema/frame.h"
 #include "schema/mutex.h"
@@ -221,12 +223,14 @@ class Shard {
   Status CheckReplySizeLocked(bool sparse, uint32_t tensor,
                               const std::vector<uint32_t>& blocks, size_t keys)
       TETHER_REQUIRES(mu_);
+  // Fills block_grads_ with the push's blocks when it returns OK.
   Status CheckDensePush(const wire::Push& m) TETHER_REQUIRES(mu_);
   Status CheckSparsePush(const wire::Push& m) TETHER_REQUIRES(mu_);
-  // kNonFinite naming the tensor, `part`, the element (`first_index` plus
-  // its place in `values`) and the push's clock, when a value is NaN/Inf.
-  Status CheckFinite(const wire::Push& m, std::span<const float> values,
-                     const std::string& part, uint64_t first_index)
+  // The largest magnitude in `values`; kNonFinite naming the tensor,
+  // `part`, the element (`first_index` plus its place in `values`) and the
+  // push's clock, when a value is NaN/Inf.
+  Result<float> CheckFinite(const wire::Push& m, std::span<const float> values,
+                            const std::string& part, uint64_t first_index)
       TETHER_REQUIRES(mu_);
   // Counts a push refused as non-finite against its worker, and logs it.
   void CountNonFiniteLocked(const PeerInfo& peer, const Status& s)
@@ -274,7 +278,8 @@ class Shard {
   Mutex mu_;
   ParamStore store_ TETHER_GUARDED_BY(mu_);
   std::unique_ptr<ApplyPool> apply_pool_ TETHER_GUARDED_BY(mu_);
-  // A push's blocks for ApplyBlocks, kept to allocate nothing per push.
+  // A push's blocks for ApplyBlocks (CheckDensePush lists them), kept to
+  // allocate nothing per push.
   std::vector<ParamStore::BlockGrad> block_grads_ TETHER_GUARDED_BY(mu_);
   // Rows read for a bfloat16 reply, before they are narrowed into it.
   std::vector<float> wire_scratch_ TETHER_GUARDED_BY(mu_);
@@ -300,17 +305,15 @@ class Shard {
     bool sparse = false;
     std::vector<uint32_t> blocks;  // dense: the blocks, values in order
     std::vector<uint64_t> keys;    // sparse: the rows
-    std::vector<float> values;
+    // The values, in a buffer from the pool (an applied push gave it
+    // back: no fresh pages to fault in each clock).
+    PooledFloats values;
+    // Dense: at least every |value| (the push's check measured them).
+    float bound = std::numeric_limits<float>::infinity();
   };
+  // Stages a dense push that CheckDensePush passed, or a sparse one.
   void StageLocked(int rank, const wire::Push& m) TETHER_REQUIRES(mu_);
   void ApplyStagedLocked() TETHER_REQUIRES(mu_);
-  // An empty buffer with room for `floats`: the smallest of
-  // staging_spares_ that fits, else a new one.
-  std::vector<float> TakeStagingBuffer(size_t floats) TETHER_REQUIRES(mu_);
-  // Value buffers of applied staged pushes, kept for the next ones (a
-  // clock's pushes, one per tensor and worker).
-  static constexpr size_t kStagingSpares = 64;
-  std::vector<std::vector<float>> staging_spares_ TETHER_GUARDED_BY(mu_);
   // After the clocks moved: applies what the new minimum closes, takes a
   // checkpoint when due, then builds the replies of the released pulls
   // into `out`.

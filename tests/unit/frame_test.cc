@@ -294,6 +294,34 @@ TEST(Frame, PooledBuilderFrameRoundTrips) {
   }
 }
 
+// A pooled buffer goes back to the pool when it goes, and the next of
+// its size class is that same memory (no fresh pages); a small one is
+// plain heap memory, still writable to its end.
+TEST(BufferPool, PooledFloatsGoBackToThePoolAndServeTheNextOfTheirClass) {
+  BufferPool& pool = BufferPool::Default();
+  const size_t n = BufferPool::kMinPooledBytes;  // 4x the smallest class
+  const float* first = nullptr;
+  const size_t idle_before = pool.idle_bytes();
+  {
+    PooledFloats values(n);
+    ASSERT_EQ(values.size(), n);
+    ASSERT_EQ(values.span().size(), n);
+    for (size_t i = 0; i < n; ++i) values.data()[i] = 0.25f * i;
+    EXPECT_EQ(values.span()[n - 1], 0.25f * (n - 1));
+    first = values.data();
+  }
+  EXPECT_GE(pool.idle_bytes(), idle_before + n * sizeof(float));
+  PooledFloats again(n - 100);  // the same class
+  EXPECT_EQ(again.data(), first);
+  PooledFloats moved = std::move(again);
+  EXPECT_EQ(moved.data(), first);
+  EXPECT_EQ(moved.size(), n - 100);
+  PooledFloats small(3);
+  for (size_t i = 0; i < 3; ++i) small.data()[i] = 1.0f;
+  EXPECT_EQ(small.span()[2], 1.0f);
+  EXPECT_EQ(PooledFloats().size(), 0u);
+}
+
 TEST(Frame, SplicedPayloadSendsSameBytesAsCopied) {
   std::vector<float> a(1000), b(70000);
   for (size_t i = 0; i < a.size(); ++i) a[i] = 0.5f * i;

@@ -381,6 +381,8 @@ TEST(Optimizer, UpdateRefusesANonFiniteResultInAnyOutputAndPosition) {
 // without it, the bound then the largest magnitude written; and where they
 // prove nothing (a gradient or a state near overflow) every result is
 // still checked first and a refused update writes nothing.
+// Also with the gradient's bound given (as a shard's push check measures
+// it) on every other step.
 TEST(Optimizer, ApplyWithABoundWritesTheSameValuesAndStillRefusesOverflow) {
   const size_t n = 1003;
   for (OptimizerKind kind : kEveryKind) {
@@ -395,7 +397,10 @@ TEST(Optimizer, ApplyWithABoundWritesTheSameValuesAndStillRefusesOverflow) {
       const std::vector<float> g = Normal(rng, n);
       std::vector<float> w_out(n), slots_out(k * n);
       ASSERT_TRUE(opt.Update(w, slots, g, w_out, slots_out, step));
-      ASSERT_TRUE(opt.Apply(w, slots, g, step, 1.0f, &bound));
+      const float grad_bound = step % 2 == 0
+                                   ? MaxMagnitude(g)
+                                   : std::numeric_limits<float>::infinity();
+      ASSERT_TRUE(opt.Apply(w, slots, g, step, 1.0f, &bound, grad_bound));
       ASSERT_EQ(std::memcmp(w.data(), w_out.data(), n * sizeof(float)), 0)
           << "step " << step;
       ASSERT_EQ(
@@ -413,6 +418,9 @@ TEST(Optimizer, ApplyWithABoundWritesTheSameValuesAndStillRefusesOverflow) {
     std::vector<float> huge(n, 0.5f);
     huge[n - 1] = 3e38f;
     EXPECT_FALSE(Make(kind, 10.0f).Apply(w, slots, huge, 4, 1.0f, &bound));
+    EXPECT_FALSE(
+        Make(kind, 10.0f)
+            .Apply(w, slots, huge, 4, 1.0f, &bound, MaxMagnitude(huge)));
     EXPECT_EQ(w, w_before);
     EXPECT_EQ(slots, slots_before);
     EXPECT_EQ(bound, bound_before);
@@ -425,28 +433,35 @@ TEST(Optimizer, ApplyWithABoundWritesTheSameValuesAndStillRefusesOverflow) {
   g[5] = 1e38f;
   float bound = 3e38f;
   EXPECT_FALSE(momentum.Apply(w, v, g, 2, 1.0f, &bound));
+  EXPECT_FALSE(momentum.Apply(w, v, g, 2, 1.0f, &bound, 1e38f));
   EXPECT_EQ(v[5], 3e38f);
   EXPECT_EQ(w[5], 1.0f);
   EXPECT_EQ(bound, 3e38f);
 }
 
-TEST(Optimizer, AllFiniteFindsANonFiniteValueInAnyPosition) {
+TEST(Optimizer, MaxMagnitudeIsInfWhenAnyValueIsNotFiniteInAnyPosition) {
+  const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> values(37, 1.5f);
-  EXPECT_TRUE(AllFinite(values));
-  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
-                       std::numeric_limits<float>::infinity(),
-                       -std::numeric_limits<float>::infinity()};
+  EXPECT_EQ(MaxMagnitude({}), 0.0f);
+  EXPECT_EQ(MaxMagnitude(values), 1.5f);
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(), inf, -inf};
   for (float b : bad) {
     for (size_t i = 0; i < values.size(); ++i) {
       values[i] = b;
-      EXPECT_FALSE(AllFinite(values)) << "value " << b << " at " << i;
+      EXPECT_EQ(MaxMagnitude(values), inf) << "value " << b << " at " << i;
       EXPECT_EQ(FirstNonFinite(values), i);
       values[i] = 1.5f;
     }
   }
-  values[3] = std::numeric_limits<float>::max();
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = -7.25f;
+    EXPECT_EQ(MaxMagnitude(values), 7.25f) << "at " << i;
+    values[i] = 1.5f;
+  }
+  values[3] = -std::numeric_limits<float>::max();
   values[4] = std::numeric_limits<float>::denorm_min();
-  EXPECT_TRUE(AllFinite(values));
+  EXPECT_EQ(MaxMagnitude(values), std::numeric_limits<float>::max());
+  EXPECT_EQ(FirstNonFinite(values), values.size());
 }
 
 }  // namespace

@@ -584,6 +584,44 @@ TEST(ParamStore, AnUnsharedBlockIsUpdatedInPlaceASharedOneIntoNewBuffers) {
   EXPECT_EQ(std::memcmp(a.data(), b.data(), 4 * sizeof(float)), 0);
 }
 
+// A push's check measures each block's gradient (MaxMagnitude) and passes
+// the bound on; the optimizer then skips its own scan, with the same
+// result, and an overflowing update is still refused.
+TEST(ParamStore, BlocksGivenWithTheirGradientBoundsUpdateAsWithout) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum,
+                             OptimizerKind::kAdaGrad, OptimizerKind::kAdam}) {
+    SCOPED_TRACE(OptimizerName(kind));
+    ParamStore bounded(7, 3, Opt(kind)), plain(7, 3, Opt(kind));
+    auto id = bounded.DefineTensor("w", {8}, Uniform(0.5f));
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE(plain.DefineTensor("w", {8}, Uniform(0.5f)).ok());
+    for (int step = 0; step < 4; ++step) {
+      const std::vector<float> g0 = {0.1f * step, -0.2f, 0.3f},
+                               g1 = {-0.4f, 0.5f, 0.6f}, g2 = {0.7f, -0.8f};
+      const std::vector<ParamStore::BlockGrad> with = {
+          {0, g0, MaxMagnitude(g0)},
+          {1, g1, MaxMagnitude(g1)},
+          {2, g2, MaxMagnitude(g2)}};
+      const std::vector<ParamStore::BlockGrad> without = {
+          {0, g0}, {1, g1}, {2, g2}};
+      ASSERT_TRUE(bounded.ApplyBlocks(*id, with).ok());
+      ASSERT_TRUE(plain.ApplyBlocks(*id, without).ok());
+    }
+    const std::vector<float> a = ReadAll(bounded, *id), b = ReadAll(plain, *id);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), 8 * sizeof(float)), 0);
+    // At lr 10 a gradient of 3e38 overflows every rule's result.
+    ParamStore hot(7, 3, Opt(kind, 10.0f));
+    auto hot_id = hot.DefineTensor("w", {8}, Uniform(0.5f));
+    ASSERT_TRUE(hot_id.ok());
+    const std::vector<float> before = ReadAll(hot, *hot_id);
+    const std::vector<float> huge = {3e38f, 3e38f, 3e38f};
+    const std::vector<ParamStore::BlockGrad> over = {
+        {0, huge, MaxMagnitude(huge)}};
+    EXPECT_EQ(hot.ApplyBlocks(*hot_id, over).code(), Code::kNonFinite);
+    EXPECT_EQ(ReadAll(hot, *hot_id), before);
+  }
+}
+
 }  // namespace tether
 
 // --- ParamStore: provided values --------------------------------------------
