@@ -311,9 +311,8 @@ void Failure::KillAndResumeShard(bool overlap) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(2, {"--checkpoint-every", "40"}));
   ASSERT_NO_FATAL_FAILURE(StartTraining(
       2, 4, {std::string("--overlap-steps=") + (overlap ? "true" : "false")}));
-  ASSERT_TRUE(cluster_->shard(0)
-                  .WaitForLine("checkpoint round 80 complete", 60000)
-                  .ok());
+  auto round = WaitForRoundComplete(cluster_->shard(0), 80, 60000);
+  ASSERT_TRUE(round.ok()) << round.status().ToString();
   // Shard 1 dies; it comes back on the same address with --resume.
   const std::string address = cluster_->address(1);
   cluster_->shard(1).Signal(SIGKILL);

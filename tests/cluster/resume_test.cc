@@ -72,9 +72,8 @@ TEST(Resume, BspRunKilledAndResumedIsBitIdentical) {
     auto cluster = Cluster::Start(RunOptions({}), dir.path());
     ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
     auto workers = StartWorkers(**cluster, dir.path(), "first");
-    auto line = (*cluster)->shard(0).WaitForLine("checkpoint round 60 complete",
-                                                 120000);
-    ASSERT_TRUE(line.ok()) << line.status().ToString();
+    auto round = WaitForRoundComplete((*cluster)->shard(0), 60, 120000);
+    ASSERT_TRUE(round.ok()) << round.status().ToString();
     // Every process dies at once, mid-run, without a chance to clean up.
     for (auto& w : workers) w->Signal(SIGKILL);
     for (int i = 0; i < 2; ++i) (*cluster)->shard(i).Signal(SIGKILL);
@@ -199,10 +198,8 @@ TEST(Resume, AsyncRunKilledAndResumedEndsWithinOnePercent) {
     ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
     auto workers =
         StartWorkers(**cluster, dir.path(), "first", 2, 5, "softmax");
-    ASSERT_TRUE((*cluster)
-                    ->shard(0)
-                    .WaitForLine("checkpoint round 120 complete", 120000)
-                    .ok());
+    auto round = WaitForRoundComplete((*cluster)->shard(0), 120, 120000);
+    ASSERT_TRUE(round.ok()) << round.status().ToString();
     for (auto& w : workers) w->Signal(SIGKILL);
     for (int i = 0; i < 2; ++i) (*cluster)->shard(i).Signal(SIGKILL);
   }

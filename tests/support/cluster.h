@@ -92,6 +92,14 @@ std::vector<std::unique_ptr<Process>> StartWorkers(
 // Polls `check` every 100 ms for up to `timeout_ms`; true once it holds.
 bool Eventually(const std::function<bool()>& check, int timeout_ms);
 
+// Waits until `shard` logs a complete checkpoint round of at least
+// `at_least` and returns the first such round. A round due while the one
+// before it is still being written is skipped (by design), so a test that
+// only needs "a round at or after N" waits with this, not for round N.
+// kTimeout or kUnavailable (the shard exited) with the log's tail.
+Result<int64_t> WaitForRoundComplete(Process& shard, int64_t at_least,
+                                     int timeout_ms);
+
 // A field of /proc/PID/status in KiB ("VmRSS", "VmPeak"), or -1.
 int64_t ProcStatusKib(pid_t pid, const std::string& field);
 
