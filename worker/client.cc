@@ -520,6 +520,46 @@ void Client::PushDense(const std::string& name, std::span<const float> grad,
   }
 }
 
+void Client::PushAndPrefetchAsync(const std::string& name,
+                                  std::span<const float> grad,
+                                  std::span<float> out, Callback pushed,
+                                  Callback prefetched) {
+  Impl& c = *impl_;
+  auto refuse = [&](const Status& why) {
+    pushed(why);
+    prefetched(why);
+  };
+  if (c.options.observer) {
+    return refuse(ProtocolError("observers have no clock to prefetch for"));
+  }
+  auto meta = c.Lookup(name, false);
+  if (!meta.ok()) return refuse(meta.status());
+  if (grad.size() != meta->size || out.size() != meta->size) {
+    return refuse(
+        InvalidArgument("push and prefetch of '" + name + "': gradient holds " +
+                        std::to_string(grad.size()) + " floats, the buffer " +
+                        std::to_string(out.size()) + ", the tensor " +
+                        std::to_string(meta->size)));
+  }
+  auto parts =
+      CutBlocks(c.options.slicer, meta->id, meta->size, c.welcome.block_size,
+                c.welcome.num_shards, c.options.chunk_bytes);
+  if (!parts.ok()) return refuse(parts.status());
+  const int64_t read_clock = c.read_clock.load();
+  const int64_t next = c.clock.load() + 1;
+  c.prefetched_for = next;
+  auto push_fanout = std::make_shared<Fanout>(parts->size(), std::move(pushed));
+  auto pull_fanout =
+      std::make_shared<Fanout>(parts->size(), std::move(prefetched));
+  for (auto& [shard, blocks] : *parts) {
+    // As in PushDense: `grad` stays valid and unchanged until `pushed`.
+    c.SendDensePart(shard, meta->id, read_clock, /*provide=*/false, blocks,
+                    grad, push_fanout, c.DirectTo(shard), &max_push_staleness_);
+    c.SendPullPart(shard, meta->id, std::move(blocks), next, out, pull_fanout,
+                   c.DirectTo(shard));
+  }
+}
+
 void Client::Impl::SendDensePart(int shard, uint32_t tensor, int64_t read_clock,
                                  bool provide, std::vector<uint32_t> blocks,
                                  std::span<const float> grad,

@@ -198,6 +198,19 @@ class Client {
   void PushAsync(const std::string& name, std::span<const float> grad,
                  Callback done);
   Status Push(const std::string& name, std::span<const float> grad);
+  // PushAsync of `grad` and PrefetchAsync of the same tensor into `out`,
+  // interleaved: each part of the push (one per shard and chunk_bytes) is
+  // followed right away by the prefetch of the same blocks on its shard's
+  // connection. A shard answers a
+  // connection's requests in order, so a part's prefetch reads its push,
+  // and is answered while the push's later parts are still on their way:
+  // the next clock's weights come down the link while the gradient goes
+  // up, instead of after it. `pushed` and `prefetched` complete as
+  // PushAsync's and PrefetchAsync's would (an error that refuses both, a
+  // bad size or an unknown name, goes to each).
+  void PushAndPrefetchAsync(const std::string& name,
+                            std::span<const float> grad, std::span<float> out,
+                            Callback pushed, Callback prefetched);
 
   // The initial values of a tensor defined with InitKind::kProvided (exactly
   // its size): written where the shards hold none yet, ignored where they

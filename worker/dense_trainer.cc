@@ -78,6 +78,10 @@ class DenseTrainer {
     // recording has it.
     pipelined_ =
         o_.overlap_steps && client_.staleness() != 0 && !client_.records();
+    // Not pipelined, each layer's next weights may follow its gradients
+    // (PushLayer); with s = 0 they could only be answered after the clock.
+    prefetch_with_push_ = !pipelined_ && o_.prefetch_with_push &&
+                          client_.staleness() != 0 && !client_.records();
     loop.pipelined_clock = pipelined_;
     // The next batch's weights travel right behind this batch's clock,
     // unless they were prefetched during it.
@@ -234,7 +238,7 @@ class DenseTrainer {
     // forward and backward go on. They are read after this worker's pushes
     // of the step before, as a prefetch after forward would be.
     const bool prefetch_early = pipelined_ && o_.slowdown <= 1;
-    if (prefetch_early) PrepareSpares();
+    if (prefetch_early || prefetch_with_push_) PrepareSpares();
     StepHooks hooks;
     hooks.weights_needed = [this, prefetch_early](size_t layer) -> Status {
       for (size_t i : {2 * layer, 2 * layer + 1}) {
@@ -264,23 +268,39 @@ class DenseTrainer {
     // These weights are this step's; the next needs new ones (unless they
     // were prefetched).
     if (pulled_at_ <= client_.clock()) DropPulls();
-    if (prefetch_early) TakeEarlyPrefetches(loss.ok());
+    if (prefetch_early || (prefetch_with_push_ && !loss.ok())) {
+      TakeEarlyPrefetches(loss.ok());
+    }
     if (!loss.ok()) return loss.status();
     SlowDown(o_.slowdown, SecondsSince(compute_start) -
                               (reporter_.waited() - waited_before));
     if (pipelined_ && o_.slowdown > 1) TETHER_RETURN_IF_ERROR(StartPrefetch());
     for (size_t layer : held) PushLayer(layer);
+    // Every layer's prefetch is on its way now: they are the next step's.
+    if (prefetch_with_push_) TakeEarlyPrefetches(true);
     step_samples_ = n;
     step_loss_ = *loss;
     return Status::Ok();
   }
 
-  // Sends layer `layer`'s gradients (weight and bias), not awaited.
+  // Sends layer `layer`'s gradients (weight and bias), not awaited; with
+  // prefetch_with_push_, each followed part by part by the prefetch of its
+  // weights for the next step into its spare buffer.
   void PushLayer(size_t layer) {
     pushed_at_ = client_.clock();
     for (size_t i : {2 * layer, 2 * layer + 1}) {
+      const std::string& name = model_.specs()[i].name;
+      if (!prefetch_with_push_) {
+        pushes_.push_back(StartOne([&](auto done) {
+          client_.PushAsync(name, model_.grads()[i], done);
+        }));
+        continue;
+      }
+      Client::Callback fetched;
+      early_[i] = StartOne([&](auto done) { fetched = done; });
       pushes_.push_back(StartOne([&](auto done) {
-        client_.PushAsync(model_.specs()[i].name, model_.grads()[i], done);
+        client_.PushAndPrefetchAsync(name, model_.grads()[i], spare_[i], done,
+                                     fetched);
       }));
     }
   }
@@ -362,6 +382,8 @@ class DenseTrainer {
   int64_t older_at_ = -1;
   std::vector<std::vector<float>> older_grads_;
   bool pipelined_ = false;
+  // Each layer's next weights follow its pushes (PushLayer) into early_.
+  bool prefetch_with_push_ = false;
   // Pulls into the model's weights (one per spec; an awaited one is no
   // longer valid), read at clock pulled_at_; -1 when the weights hold no
   // pull for the next step.
@@ -371,8 +393,9 @@ class DenseTrainer {
   // Whether pulls_ fill spare_ (prefetches) rather than the weights.
   bool into_spare_ = false;
   std::vector<std::vector<float>> spare_;
-  // Pipelined: the next step's weights, asked for spec by spec during this
-  // step's forward (PrefetchOne); invalid where not asked yet.
+  // The next step's weights, asked for spec by spec during this step's
+  // forward (pipelined: PrefetchOne) or behind its pushes
+  // (prefetch_with_push_); invalid where not asked yet.
   std::vector<std::future<Status>> early_;
   std::vector<float> batch_x_;
   std::vector<int32_t> batch_y_;

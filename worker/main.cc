@@ -50,6 +50,12 @@ int main(int argc, char** argv) {
             "and clock travel (its weights then lack this worker's own last "
             "push: faster steps, a little less accuracy per epoch); off: "
             "every step reads its own writes");
+  p.AddBool("prefetch-with-push", &o.prefetch_with_push,
+            "with --staleness other than 0 and without --overlap-steps: ask "
+            "for each layer's next weights right behind its gradients, so "
+            "they come down the link while the layers below still go up "
+            "(each step still reads its own writes; for slow links); off: "
+            "pull them after the clock");
   p.AddBool("evaluate-only", &o.evaluate_only,
             "pull the weights as an observer, print test accuracy, exit");
   p.AddBool("compute-only", &o.compute_only,

@@ -43,6 +43,13 @@ struct TrainerOptions {
   // push (the bound allows that, but it costs accuracy). Off: each step
   // reads its own writes.
   bool overlap_steps = false;
+  // --prefetch-with-push: with a bound s != 0 and not overlapping steps (nor
+  // recording), each layer's weights for the next step are asked for right
+  // behind its gradients (Client::PushAndPrefetchAsync), so they come down
+  // the link while the layers below still go up; they read this worker's
+  // own pushes. For slow links: on one host it costs more than it saves.
+  // Off: they are pulled after the clock.
+  bool prefetch_with_push = false;
   bool evaluate_only = false;  // --evaluate-only: as an observer
   // --compare-device: as an observer, the run's weights through --device
   // and through the CPU backend (one batch's loss and gradients, the test

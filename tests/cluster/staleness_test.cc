@@ -124,6 +124,80 @@ TEST_F(Staleness, PrefetchUnderLockStepSeesTheWholeRound) {
   EXPECT_EQ(w[0]->max_push_staleness(), 0);
 }
 
+// A push and the next clock's prefetch of the same tensor, sent together
+// (Client::PushAndPrefetchAsync): the push is acknowledged at once, the
+// prefetch is held as a pull at the next clock (the bound stays exact),
+// and what it brings holds the push (read behind it on each connection).
+TEST_F(Staleness, PushAndPrefetchIsHeldByTheBoundAndReadsItsOwnPush) {
+  std::vector<float> before(100), fetched(100), after(100);
+  std::vector<float> grad(100, -1.0f);
+  std::vector<std::unique_ptr<Client>> w;
+  ASSERT_NO_FATAL_FAILURE(StartFastAndSlow(&w));
+  ASSERT_TRUE(w[0]->Pull("w", before).ok());
+  std::future<Status> pushed;
+  auto prefetched = Async([&](auto got) {
+    pushed = Async([&](auto done) {
+      w[0]->PushAndPrefetchAsync("w", grad, fetched, done, got);
+    });
+  });
+  ASSERT_TRUE(Ready(pushed, 5000)) << "the push waited for the prefetch";
+  ASSERT_TRUE(pushed.get().ok());
+  // fast at k + 2: its prefetch is for k + 3.
+  ASSERT_NO_FATAL_FAILURE(ExpectHeldUntilSlowClocks(
+      *w[1], std::move(prefetched), "push and prefetch for k + 3"));
+  ASSERT_TRUE(w[0]->Pull("w", after).ok());
+  EXPECT_EQ(fetched, after);
+  EXPECT_NE(before, after) << "the push moved nothing";
+}
+
+// Cut into parts of ClientOptions::chunk_bytes, each part one push
+// and one prefetch on its shard's connection, the prefetch behind the
+// push: every value it brings back holds the push. A wrong-sized buffer is
+// refused to both callbacks, naming the tensor.
+TEST_F(Staleness, PushAndPrefetchGoesPartByPartAndEachPartReadsItsPush) {
+  ClusterOptions o = TwoShardsTwoWorkers();
+  o.workers = 1;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  auto w = ConnectWorkers(cluster_->coordinator(), {1},
+                          [](ClientOptions& c) { c.chunk_bytes = 1024; });
+  ASSERT_EQ(w.size(), 1u);
+  constexpr size_t kN = 4000;  // 250 blocks of 16; parts of 16 blocks
+  ASSERT_TRUE(w[0]->DefineTensor("w", {kN}).ok());
+  std::vector<float> grad(kN), fetched(kN, 7.0f);
+  for (size_t i = 0; i < kN; ++i) grad[i] = 0.25f * float(i % 9) - 1.0f;
+  const uint64_t pushes = Sum(&ShardStats::pushes);
+  const uint64_t pulls = Sum(&ShardStats::pulls);
+  std::future<Status> pushed;
+  auto prefetched = Async([&](auto got) {
+    pushed = Async([&](auto done) {
+      w[0]->PushAndPrefetchAsync("w", grad, fetched, done, got);
+    });
+  });
+  ASSERT_TRUE(Ready(pushed, 5000));
+  ASSERT_TRUE(Ready(prefetched, 5000));
+  ASSERT_TRUE(pushed.get().ok());
+  ASSERT_TRUE(prefetched.get().ok());
+  EXPECT_GE(Sum(&ShardStats::pulls) - pulls, 16u) << "not cut into parts";
+  EXPECT_EQ(Sum(&ShardStats::pushes) - pushes, Sum(&ShardStats::pulls) - pulls)
+      << "a part's push without its prefetch, or the other way round";
+  // SGD at lr 1 from zeros, read at this clock: -grad, exactly.
+  for (size_t i = 0; i < kN; ++i) ASSERT_EQ(fetched[i], -grad[i]) << i;
+
+  std::vector<float> small(kN - 1);
+  std::future<Status> refused;
+  auto refused_too = Async([&](auto got) {
+    refused = Async([&](auto done) {
+      w[0]->PushAndPrefetchAsync("w", grad, small, done, got);
+    });
+  });
+  for (auto* f : {&refused, &refused_too}) {
+    ASSERT_TRUE(Ready(*f, 1000));
+    Status s = f->get();
+    EXPECT_EQ(s.code(), Code::kInvalidArgument);
+    EXPECT_NE(s.message().find("'w'"), std::string::npos) << s.message();
+  }
+}
+
 // A prefetch is for the next clock only: a pull for a clock further ahead
 // (which the bound could hold for the rest of the run) is refused with the
 // clocks named, and the connection goes on serving.
@@ -356,13 +430,22 @@ TEST_F(Staleness, WorkerReportsReachShardZeroStats) {
 // a prefetch, are held and read as pulls at the new clock, so under bound
 // s no push is staler than s + 1 (the fastest worker at most s + 1 clocks
 // past the slowest one's read), as with nothing overlapped. A pull read at
-// the clock it was sent at would allow s + 2. Three workers, one slowed
-// 4x, MLP on Fashion-MNIST, for s = 0, 1, 3, and 1, 3 with --overlap-steps.
+// the clock it was sent at would allow s + 2. So is a prefetch sent right
+// behind each layer's pushes (--prefetch-with-push). Three workers, one
+// slowed 4x, MLP on Fashion-MNIST, for s = 0, 1, 3, and 1, 3 with
+// --overlap-steps and with --prefetch-with-push.
 TEST_F(Staleness, OverlappingWorkersPushNoStalerThanTheBound) {
-  for (auto [s, overlap_steps] : std::vector<std::pair<int, bool>>{
-           {0, false}, {1, false}, {3, false}, {1, true}, {3, true}}) {
-    SCOPED_TRACE("s = " + std::to_string(s) +
-                 (overlap_steps ? ", --overlap-steps" : ""));
+  const std::string overlap = "--overlap-steps",
+                    with_push = "--prefetch-with-push";
+  for (auto [s, mode] :
+       std::vector<std::pair<int, std::string>>{{0, ""},
+                                                {1, ""},
+                                                {3, ""},
+                                                {1, overlap},
+                                                {3, overlap},
+                                                {1, with_push},
+                                                {3, with_push}}) {
+    SCOPED_TRACE("s = " + std::to_string(s) + " " + mode);
     ClusterOptions o;
     o.shards = 2;
     o.workers = 3;
@@ -373,22 +456,13 @@ TEST_F(Staleness, OverlappingWorkersPushNoStalerThanTheBound) {
     cluster_.reset();
     ASSERT_NO_FATAL_FAILURE(StartCluster(o));
     const std::string dir = dir_.path() + "/s" + std::to_string(s) +
-                            (overlap_steps ? "-overlap" : "");
+                            (mode.empty() ? "" : mode.substr(1));
     std::filesystem::create_directories(dir);
-    const std::vector<std::string> flags = {
-        "--model",
-        "mlp",
-        "--hidden",
-        "64",
-        "--epochs",
-        "1",
-        "--batch",
-        "100",
-        "--eval-every",
-        "0",
-        "--staleness",
-        std::to_string(s),
-        std::string("--overlap-steps=") + (overlap_steps ? "true" : "false")};
+    std::vector<std::string> flags = {
+        "--model",      "mlp", "--hidden",    "64",
+        "--epochs",     "1",   "--batch",     "100",
+        "--eval-every", "0",   "--staleness", std::to_string(s)};
+    if (!mode.empty()) flags.push_back(mode);
     auto workers = StartWorkers(cluster_->coordinator(), 2, dir, flags);
     std::vector<std::string> slow = {TETHER_WORKER_BIN,
                                      "--coordinator",

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -13,10 +14,12 @@
 
 namespace tether::testing {
 
-// Connects `n` workers asking for bounds `staleness[i]`; fails the test
-// (returning an empty vector) if any cannot connect.
+// Connects `n` workers asking for bounds `staleness[i]`, their options
+// changed by `adjust` where given; fails the test (returning an empty
+// vector) if any cannot connect.
 inline std::vector<std::unique_ptr<Client>> ConnectWorkers(
-    const std::string& coordinator, const std::vector<int>& staleness) {
+    const std::string& coordinator, const std::vector<int>& staleness,
+    const std::function<void(ClientOptions&)>& adjust = {}) {
   std::vector<std::future<Result<std::unique_ptr<Client>>>> pending;
   for (int s : staleness) {
     pending.push_back(std::async(std::launch::async, [=] {
@@ -24,6 +27,7 @@ inline std::vector<std::unique_ptr<Client>> ConnectWorkers(
       o.coordinator = coordinator;
       o.staleness = s;
       o.join_timeout_ms = 20000;
+      if (adjust) adjust(o);
       return Client::Connect(o);
     }));
   }
