@@ -463,8 +463,9 @@ Status Shard::CheckReplySizeLocked(bool sparse, uint32_t tensor,
   return Status::Ok();
 }
 
-Status Shard::CheckDensePush(const wire::Push& m) {
-  block_grads_.clear();
+Status Shard::CheckDensePush(const wire::Push& m,
+                             std::vector<ParamStore::BlockGrad>* grads) {
+  grads->clear();
   TETHER_ASSIGN_OR_RETURN(auto size, store_.TensorSize(m.tensor()));
   if (m.blocks() == nullptr) return InvalidArgument("push carries no blocks");
   const uint64_t bs = settings_.block_size;
@@ -487,7 +488,7 @@ Status Shard::CheckDensePush(const wire::Push& m) {
         const float bound,
         CheckFinite(m, values, " block " + std::to_string(block->index()),
                     block->index() * bs));
-    block_grads_.push_back({block->index(), values, bound});
+    grads->push_back({block->index(), values, bound});
   }
   return Status::Ok();
 }
@@ -603,7 +604,7 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   }
   MutexLock lock(&mu_);
   if (recorded) RecordLocked(*recorded);
-  Status s = m.sparse() ? CheckSparsePush(m) : CheckDensePush(m);
+  Status s = m.sparse() ? CheckSparsePush(m) : CheckDensePush(m, &block_grads_);
   if (!s.ok()) {
     CountNonFiniteLocked(peer, s);
     lock.Unlock();
@@ -653,7 +654,7 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
       // the update it belongs to has been applied.
       ++late_pushes_;
     } else {
-      StageLocked(peer.rank, m);
+      StageLocked(peer.rank, m, block_grads_);
     }
   } else if (m.sparse()) {
     std::span<const uint64_t> keys;
@@ -664,7 +665,6 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
   } else {
     // An update refused as overflowing leaves its block unchanged; the
     // push's other blocks still apply, and the worker hears of the first.
-    // CheckDensePush listed the blocks with their gradients' bounds.
     s = store_.ApplyBlocks(m.tensor(), block_grads_, lr_scale,
                            apply_pool_.get());
   }
@@ -881,7 +881,8 @@ std::vector<WorkerPosition> Shard::WorkerPositions() {
   return out;
 }
 
-void Shard::StageLocked(int rank, const wire::Push& m) {
+void Shard::StageLocked(int rank, const wire::Push& m,
+                        std::span<const ParamStore::BlockGrad> grads) {
   StagedPush p;
   p.rank = rank;
   p.tensor = m.tensor();
@@ -892,18 +893,15 @@ void Shard::StageLocked(int rank, const wire::Push& m) {
     p.values = PooledFloats(rows.size());
     std::copy(rows.begin(), rows.end(), p.values.data());
   } else {
-    // CheckDensePush listed the blocks with their bounds.
     size_t floats = 0;
-    p.bound = 0;
-    for (const ParamStore::BlockGrad& g : block_grads_) {
-      floats += g.grad.size();
-      p.bound = std::max(p.bound, g.bound);
-    }
+    for (const ParamStore::BlockGrad& g : grads) floats += g.grad.size();
     p.values = PooledFloats(floats);
-    p.blocks.reserve(block_grads_.size());
+    p.blocks.reserve(grads.size());
+    p.bounds.reserve(grads.size());
     float* at = p.values.data();
-    for (const ParamStore::BlockGrad& g : block_grads_) {
+    for (const ParamStore::BlockGrad& g : grads) {
       p.blocks.push_back(g.block);
+      p.bounds.push_back(g.bound);
       at = std::copy(g.grad.begin(), g.grad.end(), at);
     }
   }
@@ -928,10 +926,11 @@ void Shard::ApplyStagedLocked() {
         size_t at = 0;
         std::vector<ParamStore::BlockGrad>& grads = block_grads_;
         grads.clear();
-        for (uint32_t block : p.blocks) {
-          if (!size.ok()) break;
+        for (size_t i = 0; i < p.blocks.size() && size.ok(); ++i) {
+          const uint32_t block = p.blocks[i];
           size_t n = std::min(bs, *size - uint64_t{block} * bs);
-          grads.push_back({block, std::span(p.values.data() + at, n), p.bound});
+          grads.push_back(
+              {block, std::span(p.values.data() + at, n), p.bounds[i]});
           at += n;
         }
         s = store_.ApplyBlocks(p.tensor, grads, 1.0f, apply_pool_.get());

@@ -223,8 +223,11 @@ class Shard {
   Status CheckReplySizeLocked(bool sparse, uint32_t tensor,
                               const std::vector<uint32_t>& blocks, size_t keys)
       TETHER_REQUIRES(mu_);
-  // Fills block_grads_ with the push's blocks when it returns OK.
-  Status CheckDensePush(const wire::Push& m) TETHER_REQUIRES(mu_);
+  // Checks a dense push; when OK, `grads` lists its blocks with their
+  // gradients' bounds (views into `m`).
+  Status CheckDensePush(const wire::Push& m,
+                        std::vector<ParamStore::BlockGrad>* grads)
+      TETHER_REQUIRES(mu_);
   Status CheckSparsePush(const wire::Push& m) TETHER_REQUIRES(mu_);
   // The largest magnitude in `values`; kNonFinite naming the tensor,
   // `part`, the element (`first_index` plus its place in `values`) and the
@@ -278,8 +281,9 @@ class Shard {
   Mutex mu_;
   ParamStore store_ TETHER_GUARDED_BY(mu_);
   std::unique_ptr<ApplyPool> apply_pool_ TETHER_GUARDED_BY(mu_);
-  // A push's blocks for ApplyBlocks (CheckDensePush lists them), kept to
-  // allocate nothing per push.
+  // A push's blocks for ApplyBlocks (CheckDensePush lists them; staged
+  // ones are listed again at the clock's close), kept to allocate nothing
+  // per push.
   std::vector<ParamStore::BlockGrad> block_grads_ TETHER_GUARDED_BY(mu_);
   // Rows read for a bfloat16 reply, before they are narrowed into it.
   std::vector<float> wire_scratch_ TETHER_GUARDED_BY(mu_);
@@ -308,11 +312,15 @@ class Shard {
     // The values, in a buffer from the pool (an applied push gave it
     // back: no fresh pages to fault in each clock).
     PooledFloats values;
-    // Dense: at least every |value| (the push's check measured them).
-    float bound = std::numeric_limits<float>::infinity();
+    // Dense: per block, at least every |value| of it (the push's check
+    // measured them).
+    std::vector<float> bounds;
   };
-  // Stages a dense push that CheckDensePush passed, or a sparse one.
-  void StageLocked(int rank, const wire::Push& m) TETHER_REQUIRES(mu_);
+  // Stages a sparse push, or a dense one that CheckDensePush passed with
+  // `grads`.
+  void StageLocked(int rank, const wire::Push& m,
+                   std::span<const ParamStore::BlockGrad> grads)
+      TETHER_REQUIRES(mu_);
   void ApplyStagedLocked() TETHER_REQUIRES(mu_);
   // After the clocks moved: applies what the new minimum closes, takes a
   // checkpoint when due, then builds the replies of the released pulls

@@ -77,6 +77,8 @@ struct UpOptions {
   double slowdown = 3.0;  // how much slower they are
   std::string wire_dtype = "f32";  // --wire-dtype, given to every worker
   bool overlap_steps = false;      // --overlap-steps, to every worker
+  // --prefetch-with-push, to every tether-worker (not --python-model ones).
+  bool prefetch_with_push = false;
   int staleness = 3;
   std::string model = "mlp";
   // FILE.py:CLASS: workers are `python3 -m tether.worker` training this
@@ -175,6 +177,10 @@ const std::vector<RunFlag>& RunFlags() {
         {"overlap-steps", false,
          [](auto& o) {
            return std::string(o.overlap_steps ? "true" : "false");
+         }},
+        {"prefetch-with-push", false,
+         [](auto& o) {
+           return std::string(o.prefetch_with_push ? "true" : "false");
          }},
     };
     out.insert(out.end(), own.begin(), own.end());
@@ -426,6 +432,7 @@ Status Launcher::StartWorkers() {
       argv.push_back(arg);
     }
     if (o_.overlap_steps) argv.push_back("--overlap-steps");
+    if (o_.prefetch_with_push) argv.push_back("--prefetch-with-push");
     if (slow) {
       argv.push_back("--slowdown");
       argv.push_back(NumberText(o_.slowdown));
@@ -864,6 +871,10 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddBool("overlap-steps", &o.overlap_steps,
             "workers overlap steps (tether-worker and python3 -m "
             "tether.worker --overlap-steps; with --staleness other than 0)");
+  p.AddBool("prefetch-with-push", &o.prefetch_with_push,
+            "workers ask for each layer's next weights right behind its "
+            "gradients (tether-worker --prefetch-with-push; for slow links; "
+            "not with --python-model)");
   p.AddString("log-dir", &o.log_dir, "where logs go (default: a new /tmp dir)");
   p.AddString("data-dir", &o.data_dir,
               "shards keep checkpoints in DIR/shard0, DIR/shard1, ... "
@@ -1205,6 +1216,11 @@ int Main(int argc, char** argv) {
   if (o.wire_dtype != "f32" && o.wire_dtype != "bf16") {
     std::cerr << "tether-up: --wire-dtype " << o.wire_dtype
               << ": f32 or bf16\n";
+    return 2;
+  }
+  if (o.prefetch_with_push && !o.python_model.empty()) {
+    std::cerr << "tether-up: --prefetch-with-push is tether-worker's; "
+                 "--python-model workers do not take it\n";
     return 2;
   }
   if (o.chunk_rows < -1) {

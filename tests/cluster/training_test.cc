@@ -121,13 +121,14 @@ TEST(Training, LauncherRunReachesStatedAccuracyOnFashionMnist) {
   EXPECT_EQ(ps, "") << "still running: " << ps;
 }
 
-// tether-up --overlap-steps on 2 shards and 3 workers (one 3x slower) at
-// s = 2, with `more` flags: every worker is started overlapping its steps,
-// the run keeps the flag for a resume, and still reaches 80% (lower than
-// the plain run's target: overlapped steps cost accuracy per epoch).
-// `worker_args`: a sequence each worker's command line must also have.
-void ExpectOverlappedRunReaches80Percent(
-    const std::vector<std::string>& more,
+// tether-up `mode` (--overlap-steps, --prefetch-with-push) on 2 shards and
+// 3 workers (one 3x slower) at s = 2, with `more` flags: every worker is
+// started with it, the run keeps the flag for a resume, and still reaches
+// 80% (lower than the plain run's target: overlapped steps cost accuracy
+// per epoch). `worker_args`: a sequence each worker's command line must
+// also have.
+void ExpectLauncherRunReaches80Percent(
+    const std::string& mode, const std::vector<std::string>& more,
     const std::vector<std::string>& worker_args) {
   TempDir dir;
   const std::string summary_file = dir.path() + "/summary.json";
@@ -146,7 +147,7 @@ void ExpectOverlappedRunReaches80Percent(
                                    "2",
                                    "--target-accuracy",
                                    "0.8",
-                                   "--overlap-steps",
+                                   mode,
                                    "--log-dir",
                                    dir.path(),
                                    "--summary-file",
@@ -159,8 +160,7 @@ void ExpectOverlappedRunReaches80Percent(
   int asked = 0;
   for (const auto& w : running.at("workers").as_array()) {
     const int pid = w.at("pid").to_number<int>();
-    asked += CommandLineHas(pid, worker_args) &&
-             CommandLineHas(pid, {"--overlap-steps"});
+    asked += CommandLineHas(pid, worker_args) && CommandLineHas(pid, {mode});
   }
   EXPECT_EQ(asked, 3) << running;
   auto code = (*up)->Wait(240000);
@@ -171,14 +171,28 @@ void ExpectOverlappedRunReaches80Percent(
   std::ifstream saved(dir.path() + "/tether-up.flags");
   std::stringstream flags;
   flags << saved.rdbuf();
-  EXPECT_NE(flags.str().find("--overlap-steps=true\n"), std::string::npos)
+  EXPECT_NE(flags.str().find(mode + "=true\n"), std::string::npos)
       << flags.str();
 }
 
 // Three epochs, as the plain run's test: after two, the final weights
 // were once 79.8% under TSan though 80% had been measured mid-epoch.
 TEST(Training, LauncherOverlapStepsReachesEveryWorkerAndTheTarget) {
-  ExpectOverlappedRunReaches80Percent({"--epochs", "3"}, {"--model", "mlp"});
+  ExpectLauncherRunReaches80Percent("--overlap-steps", {"--epochs", "3"},
+                                    {"--model", "mlp"});
+}
+
+TEST(Training, LauncherPrefetchWithPushReachesEveryWorkerAndTheTarget) {
+  ExpectLauncherRunReaches80Percent("--prefetch-with-push", {"--epochs", "3"},
+                                    {"--model", "mlp"});
+  // Not for python3 -m tether.worker workers: refused, naming the flag.
+  std::string out;
+  auto code = RunToExit({TETHER_UP_BIN, "--http", "off", "--prefetch-with-push",
+                         "--python-model", "any.py"},
+                        &out, 10000);
+  ASSERT_TRUE(code.ok()) << code.status().ToString();
+  EXPECT_EQ(*code, 2) << out;
+  EXPECT_NE(out.find("--prefetch-with-push"), std::string::npos) << out;
 }
 
 #ifdef TETHER_PYTHON_TEST_MODEL
@@ -186,7 +200,8 @@ TEST(Training, LauncherOverlapStepsReachesEveryWorkerAndTheTarget) {
 // linear classifier, 4 epochs). Builds without the Python package (the
 // sanitizer presets) do not have this test.
 TEST(Training, LauncherOverlapStepsReachesPythonWorkersAndTheTarget) {
-  ExpectOverlappedRunReaches80Percent(
+  ExpectLauncherRunReaches80Percent(
+      "--overlap-steps",
       {"--epochs", "4", "--python-model", TETHER_PYTHON_TEST_MODEL},
       {"-m", "tether.worker"});
 }
