@@ -897,11 +897,9 @@ void Shard::StageLocked(int rank, const wire::Push& m,
     for (const ParamStore::BlockGrad& g : grads) floats += g.grad.size();
     p.values = PooledFloats(floats);
     p.blocks.reserve(grads.size());
-    p.bounds.reserve(grads.size());
     float* at = p.values.data();
     for (const ParamStore::BlockGrad& g : grads) {
-      p.blocks.push_back(g.block);
-      p.bounds.push_back(g.bound);
+      p.blocks.push_back({g.block, g.bound});
       at = std::copy(g.grad.begin(), g.grad.end(), at);
     }
   }
@@ -927,10 +925,9 @@ void Shard::ApplyStagedLocked() {
         std::vector<ParamStore::BlockGrad>& grads = block_grads_;
         grads.clear();
         for (size_t i = 0; i < p.blocks.size() && size.ok(); ++i) {
-          const uint32_t block = p.blocks[i];
+          const auto [block, bound] = p.blocks[i];
           size_t n = std::min(bs, *size - uint64_t{block} * bs);
-          grads.push_back(
-              {block, std::span(p.values.data() + at, n), p.bounds[i]});
+          grads.push_back({block, std::span(p.values.data() + at, n), bound});
           at += n;
         }
         s = store_.ApplyBlocks(p.tensor, grads, 1.0f, apply_pool_.get());

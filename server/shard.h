@@ -307,14 +307,17 @@ class Shard {
     int rank = 0;
     uint32_t tensor = 0;
     bool sparse = false;
-    std::vector<uint32_t> blocks;  // dense: the blocks, values in order
-    std::vector<uint64_t> keys;    // sparse: the rows
+    // Dense: a block, and at least every |value| of it (the push's check
+    // measured them).
+    struct Block {
+      uint32_t block = 0;
+      float bound = 0;
+    };
+    std::vector<Block> blocks;   // dense: the blocks, values in order
+    std::vector<uint64_t> keys;  // sparse: the rows
     // The values, in a buffer from the pool (an applied push gave it
     // back: no fresh pages to fault in each clock).
     PooledFloats values;
-    // Dense: per block, at least every |value| of it (the push's check
-    // measured them).
-    std::vector<float> bounds;
   };
   // Stages a sparse push, or a dense one that CheckDensePush passed with
   // `grads`.

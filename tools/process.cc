@@ -141,25 +141,36 @@ void Process::Signal(int sig) {
 
 Result<std::string> Process::WaitForLine(const std::string& needle,
                                          int timeout_ms) {
+  return WaitForLog(
+      "'" + needle + "'",
+      [&](const std::string& log) -> std::optional<std::string> {
+        const auto at = log.find(needle);
+        if (at == std::string::npos) return std::nullopt;
+        auto begin = log.rfind('\n', at);
+        begin = begin == std::string::npos ? 0 : begin + 1;
+        const auto end = log.find('\n', at);
+        return log.substr(
+            begin, end == std::string::npos ? std::string::npos : end - begin);
+      },
+      timeout_ms);
+}
+
+Result<std::string> Process::WaitForLog(const std::string& what,
+                                        const LogMatcher& find,
+                                        int timeout_ms) {
   auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     std::string log = Log();
-    if (auto at = log.find(needle); at != std::string::npos) {
-      auto begin = log.rfind('\n', at);
-      begin = begin == std::string::npos ? 0 : begin + 1;
-      auto end = log.find('\n', at);
-      return log.substr(
-          begin, end == std::string::npos ? std::string::npos : end - begin);
-    }
+    if (std::optional<std::string> found = find(log)) return *std::move(found);
     if (!Running()) {
       return Unavailable("process exited (" + std::to_string(exit_code_) +
-                         ") before logging '" + needle + "':\n" +
+                         ") before logging " + what + " in " + log_ + ":\n" +
                          Tail(log, 20));
     }
     if (std::chrono::steady_clock::now() > deadline) {
       return Status(Code::kTimeout,
-                    "no '" + needle + "' in log:\n" + Tail(log, 20));
+                    "no " + what + " in " + log_ + ":\n" + Tail(log, 20));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -10,7 +10,9 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +50,13 @@ class Process {
   // Waits until a log line contains `needle`; returns that line. kTimeout,
   // or kUnavailable when the process exits first.
   Result<std::string> WaitForLine(const std::string& needle, int timeout_ms);
+  // Waits until `find`, given the whole log, returns what it looks for;
+  // returns that. kTimeout, or kUnavailable when the process exits first,
+  // each naming `what` (as in "no `what` in log") and the log's tail.
+  using LogMatcher =
+      std::function<std::optional<std::string>(const std::string& log)>;
+  Result<std::string> WaitForLog(const std::string& what,
+                                 const LogMatcher& find, int timeout_ms);
   // Waits until `path` holds this process's ready file (tether-server
   // --ready-file PATH: written whole, once it listens; one left by another
   // process is ignored). kTimeout, or kUnavailable when the process exits

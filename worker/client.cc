@@ -17,6 +17,7 @@ namespace tether {
 
 // The API over the links (shard_link.h); requests are cut into per-shard
 // frames and their replies put back by request_cutter.h.
+using client_internal::BlockPart;
 using client_internal::CopyPulledBlocks;
 using client_internal::CopyPulledRows;
 using client_internal::CutBlocks;
@@ -150,6 +151,28 @@ struct Client::Impl {
               [this] { return Definitions(); }) {}
 
   Result<TensorMeta> Lookup(const std::string& name, bool sparse);
+
+  // A request on every float of dense tensor `name`: its id and its parts
+  // (CutBlocks), one frame each.
+  struct DenseParts {
+    uint32_t tensor = 0;
+    std::vector<BlockPart> parts;
+  };
+  // Looks `name` up as a dense tensor and cuts it into parts. Each of
+  // `buffers` ({what it is, the floats it holds}) must hold the tensor's
+  // size; the error says which does not, after `request` ("pull of", ...)
+  // and the tensor's name.
+  Result<DenseParts> CutDense(
+      const std::string& name, std::string_view request,
+      std::initializer_list<std::pair<std::string_view, size_t>> buffers);
+
+  // The clock a prefetch is for (the next one), marked so that Clock()
+  // reaching it makes it the read clock.
+  int64_t MarkPrefetch() {
+    const int64_t next = clock.load() + 1;
+    prefetched_for = next;
+    return next;
+  }
   void Define(const std::string& name, bool sparse,
               const std::vector<uint64_t>& shape, uint32_t dim, Init init,
               Callback done);
@@ -238,6 +261,25 @@ Result<TensorMeta> Client::Impl::Lookup(const std::string& name, bool sparse) {
                     (sparse ? "Table" : "Tensor") + " first)");
   }
   return it->second;
+}
+
+Result<Client::Impl::DenseParts> Client::Impl::CutDense(
+    const std::string& name, std::string_view request,
+    std::initializer_list<std::pair<std::string_view, size_t>> buffers) {
+  TETHER_ASSIGN_OR_RETURN(TensorMeta meta, Lookup(name, false));
+  for (const auto& [what, floats] : buffers) {
+    if (floats != meta.size) {
+      return InvalidArgument(std::string(request) + " '" + name +
+                             "': " + std::string(what) + " of " +
+                             std::to_string(floats) + " floats, the tensor " +
+                             "has " + std::to_string(meta.size));
+    }
+  }
+  TETHER_ASSIGN_OR_RETURN(
+      std::vector<BlockPart> parts,
+      CutBlocks(options.slicer, meta.id, meta.size, welcome.block_size,
+                welcome.num_shards, options.chunk_bytes));
+  return DenseParts{meta.id, std::move(parts)};
 }
 
 void Client::Impl::Define(const std::string& name, bool sparse,
@@ -365,30 +407,19 @@ void Client::PullAsync(const std::string& name, std::span<float> out,
 
 void Client::PrefetchAsync(const std::string& name, std::span<float> out,
                            Callback done) {
-  Impl& c = *impl_;
-  const int64_t next = c.clock.load() + 1;
-  c.prefetched_for = next;
-  c.Pull(name, out, next, std::move(done));
+  impl_->Pull(name, out, impl_->MarkPrefetch(), std::move(done));
 }
 
 void Client::Impl::Pull(const std::string& name, std::span<float> out,
                         int64_t for_clock, Callback done) {
-  auto meta = Lookup(name, false);
-  if (!meta.ok()) return done(meta.status());
-  if (out.size() != meta->size) {
-    return done(InvalidArgument(
-        "pull of '" + name + "': buffer holds " + std::to_string(out.size()) +
-        " floats, the tensor " + std::to_string(meta->size)));
-  }
-  const uint32_t bs = welcome.block_size;
-  auto parts = CutBlocks(options.slicer, meta->id, meta->size, bs,
-                         welcome.num_shards, options.chunk_bytes);
-  if (!parts.ok()) return done(parts.status());
+  auto request = CutDense(name, "pull of", {{"a buffer", out.size()}});
+  if (!request.ok()) return done(request.status());
   if (for_clock < 0) read_clock = clock.load();
-  auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
-  for (auto& [shard, blocks] : *parts) {
-    SendPullPart(shard, meta->id, std::move(blocks), for_clock, out, fanout,
-                 DirectTo(shard));
+  auto fanout =
+      std::make_shared<Fanout>(request->parts.size(), std::move(done));
+  for (auto& [shard, blocks] : request->parts) {
+    SendPullPart(shard, request->tensor, std::move(blocks), for_clock, out,
+                 fanout, DirectTo(shard));
   }
 }
 
@@ -495,28 +526,20 @@ Status Client::ProvideTensor(const std::string& name,
 void Client::PushDense(const std::string& name, std::span<const float> grad,
                        bool provide, Callback done) {
   Impl& c = *impl_;
-  auto meta = c.Lookup(name, false);
-  if (!meta.ok()) return done(meta.status());
-  if (grad.size() != meta->size) {
-    return done(InvalidArgument(
-        std::string(provide ? "values provided for '" : "push to '") + name +
-        "': " + (provide ? "they hold " : "gradient holds ") +
-        std::to_string(grad.size()) + " floats, the tensor " +
-        std::to_string(meta->size)));
-  }
-  const uint32_t bs = c.welcome.block_size;
-  auto parts = CutBlocks(c.options.slicer, meta->id, meta->size, bs,
-                         c.welcome.num_shards, c.options.chunk_bytes);
-  if (!parts.ok()) return done(parts.status());
+  auto request =
+      provide ? c.CutDense(name, "provide of", {{"values", grad.size()}})
+              : c.CutDense(name, "push to", {{"a gradient", grad.size()}});
+  if (!request.ok()) return done(request.status());
   int64_t read_clock = c.options.observer ? -1 : c.read_clock.load();
-  auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
-  for (auto& [shard, blocks] : *parts) {
+  auto fanout =
+      std::make_shared<Fanout>(request->parts.size(), std::move(done));
+  for (auto& [shard, blocks] : request->parts) {
     // The gradient is sent (or read by the shard) from the caller's
     // buffer, which stays valid and unchanged until `done` runs (after
     // every part is acknowledged).
-    c.SendDensePart(shard, meta->id, read_clock, provide, std::move(blocks),
-                    grad, fanout, !provide && c.DirectTo(shard),
-                    &max_push_staleness_);
+    c.SendDensePart(shard, request->tensor, read_clock, provide,
+                    std::move(blocks), grad, fanout,
+                    !provide && c.DirectTo(shard), &max_push_staleness_);
   }
 }
 
@@ -532,31 +555,22 @@ void Client::PushAndPrefetchAsync(const std::string& name,
   if (c.options.observer) {
     return refuse(ProtocolError("observers have no clock to prefetch for"));
   }
-  auto meta = c.Lookup(name, false);
-  if (!meta.ok()) return refuse(meta.status());
-  if (grad.size() != meta->size || out.size() != meta->size) {
-    return refuse(
-        InvalidArgument("push and prefetch of '" + name + "': gradient holds " +
-                        std::to_string(grad.size()) + " floats, the buffer " +
-                        std::to_string(out.size()) + ", the tensor " +
-                        std::to_string(meta->size)));
-  }
-  auto parts =
-      CutBlocks(c.options.slicer, meta->id, meta->size, c.welcome.block_size,
-                c.welcome.num_shards, c.options.chunk_bytes);
-  if (!parts.ok()) return refuse(parts.status());
+  auto request =
+      c.CutDense(name, "push and prefetch of",
+                 {{"a gradient", grad.size()}, {"a buffer", out.size()}});
+  if (!request.ok()) return refuse(request.status());
   const int64_t read_clock = c.read_clock.load();
-  const int64_t next = c.clock.load() + 1;
-  c.prefetched_for = next;
-  auto push_fanout = std::make_shared<Fanout>(parts->size(), std::move(pushed));
-  auto pull_fanout =
-      std::make_shared<Fanout>(parts->size(), std::move(prefetched));
-  for (auto& [shard, blocks] : *parts) {
+  const int64_t next = c.MarkPrefetch();
+  const size_t n = request->parts.size();
+  auto push_fanout = std::make_shared<Fanout>(n, std::move(pushed));
+  auto pull_fanout = std::make_shared<Fanout>(n, std::move(prefetched));
+  for (auto& [shard, blocks] : request->parts) {
     // As in PushDense: `grad` stays valid and unchanged until `pushed`.
-    c.SendDensePart(shard, meta->id, read_clock, /*provide=*/false, blocks,
-                    grad, push_fanout, c.DirectTo(shard), &max_push_staleness_);
-    c.SendPullPart(shard, meta->id, std::move(blocks), next, out, pull_fanout,
-                   c.DirectTo(shard));
+    c.SendDensePart(shard, request->tensor, read_clock, /*provide=*/false,
+                    blocks, grad, push_fanout, c.DirectTo(shard),
+                    &max_push_staleness_);
+    c.SendPullPart(shard, request->tensor, std::move(blocks), next, out,
+                   pull_fanout, c.DirectTo(shard));
   }
 }
 

@@ -238,7 +238,11 @@ class DenseTrainer {
     // forward and backward go on. They are read after this worker's pushes
     // of the step before, as a prefetch after forward would be.
     const bool prefetch_early = pipelined_ && o_.slowdown <= 1;
-    if (prefetch_early || prefetch_with_push_) PrepareSpares();
+    // Either way, each layer's prefetch goes into its spare buffer as soon
+    // as it is asked for (early_), and after the step they become the next
+    // step's pulls.
+    const bool early = prefetch_early || prefetch_with_push_;
+    if (early) PrepareSpares();
     StepHooks hooks;
     hooks.weights_needed = [this, prefetch_early](size_t layer) -> Status {
       for (size_t i : {2 * layer, 2 * layer + 1}) {
@@ -268,16 +272,17 @@ class DenseTrainer {
     // These weights are this step's; the next needs new ones (unless they
     // were prefetched).
     if (pulled_at_ <= client_.clock()) DropPulls();
-    if (prefetch_early || (prefetch_with_push_ && !loss.ok())) {
-      TakeEarlyPrefetches(loss.ok());
+    if (loss.ok()) {
+      SlowDown(o_.slowdown, SecondsSince(compute_start) -
+                                (reporter_.waited() - waited_before));
+      if (pipelined_ && o_.slowdown > 1) {
+        TETHER_RETURN_IF_ERROR(StartPrefetch());
+      }
+      for (size_t layer : held) PushLayer(layer);
     }
+    // Every layer's prefetch is asked for now, the held pushes' included.
+    if (early) TakeEarlyPrefetches(loss.ok());
     if (!loss.ok()) return loss.status();
-    SlowDown(o_.slowdown, SecondsSince(compute_start) -
-                              (reporter_.waited() - waited_before));
-    if (pipelined_ && o_.slowdown > 1) TETHER_RETURN_IF_ERROR(StartPrefetch());
-    for (size_t layer : held) PushLayer(layer);
-    // Every layer's prefetch is on its way now: they are the next step's.
-    if (prefetch_with_push_) TakeEarlyPrefetches(true);
     step_samples_ = n;
     step_loss_ = *loss;
     return Status::Ok();

@@ -32,24 +32,20 @@ bool Eventually(const std::function<bool()>& check, int timeout_ms) {
 Result<int64_t> WaitForRoundComplete(Process& shard, int64_t at_least,
                                      int timeout_ms) {
   static const std::regex kComplete(R"(checkpoint round (\d+) complete)");
-  const auto end =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (true) {
-    const std::string log = shard.Log();
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), kComplete);
-         it != std::sregex_iterator(); ++it) {
-      const int64_t round = std::stoll((*it)[1].str());
-      if (round >= at_least) return round;
-    }
-    const std::string why =
-        "no complete checkpoint round >= " + std::to_string(at_least) + " in " +
-        shard.log_path() + ":\n" + Tail(log, 20);
-    if (!shard.Running()) return Unavailable("shard exited; " + why);
-    if (std::chrono::steady_clock::now() > end) {
-      return Status(Code::kTimeout, why);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  TETHER_ASSIGN_OR_RETURN(
+      std::string round,
+      shard.WaitForLog(
+          "complete checkpoint round >= " + std::to_string(at_least),
+          [&](const std::string& log) -> std::optional<std::string> {
+            for (auto it =
+                     std::sregex_iterator(log.begin(), log.end(), kComplete);
+                 it != std::sregex_iterator(); ++it) {
+              if (std::stoll((*it)[1].str()) >= at_least) return (*it)[1].str();
+            }
+            return std::nullopt;
+          },
+          timeout_ms));
+  return std::stoll(round);
 }
 
 int64_t ProcStatusKib(pid_t pid, const std::string& field) {
