@@ -10,6 +10,7 @@
 #include <boost/asio/write.hpp>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "schema/log.h"
@@ -58,75 +59,122 @@ void Connection::Start(FrameHandler on_frame, CloseHandler on_close) {
     self->on_close_ = std::move(on_close);
     self->started_ = self->last_frame_ = asio::steady_timer::clock_type::now();
     self->OnDeadline();
-    self->DoReadHeader();
+    self->in_ = std::make_unique<uint8_t[]>(kReadBufferBytes);
+    self->DoRead();
   });
 }
 
-void Connection::DoReadHeader() {
-  if (closed_) return;
-  if (queued_bytes_ > options_.max_queued_bytes) {
-    reading_paused_ = true;  // OnWrite resumes once the queue drains
-    return;
-  }
-  stream_.Visit([this](auto& stream) {
-    asio::async_read(stream, asio::buffer(header_), TransferAll,
-                     asio::bind_executor(strand_, [self = shared_from_this()](
-                                                      auto ec, size_t n) {
-                       self->OnReadHeader(ec, n);
-                     }));
-  });
-}
-
-void Connection::OnReadHeader(const boost::system::error_code& ec, size_t n) {
-  if (ec) {
-    if (ec == asio::error::eof && n > 0) {
-      return FailRead(BadFrame("truncated frame header: got " +
-                               std::to_string(n) + " of 4 bytes"));
+void Connection::DoRead() {
+  while (!closed_ && !read_failed_) {
+    if (queued_bytes_ > options_.max_queued_bytes) {
+      reading_paused_ = true;  // OnWrite resumes once the queue drains
+      return;
     }
-    return Shutdown(IsNormalEnding(ec) ? Status::Ok()
-                                       : Unavailable(ec.message()));
+    if (incoming_.size() > 0) {
+      // The rest of a body: straight into its frame.
+      return stream_.Visit([this](auto& stream) {
+        asio::async_read(
+            stream,
+            asio::buffer(incoming_.body() + incoming_filled_,
+                         incoming_.body_size() - incoming_filled_),
+            TransferAll,
+            asio::bind_executor(strand_,
+                                [self = shared_from_this()](auto ec, size_t n) {
+                                  self->OnReadBody(ec, n);
+                                }));
+      });
+    }
+    if (!TakeBufferedFrame()) break;
   }
-  bytes_in_ += n;
-  // A TLS record (a handshake, TLS 1.x) where the first frame should be.
-  if (bytes_in_ == n && !stream_.tls() && header_[0] == 0x16 &&
-      header_[1] == 0x03) {
-    return FailRead(ProtocolError(
-        "the peer opened a TLS handshake, but this end speaks plain TCP "
-        "(started without --tls-cert)"));
-  }
-  auto length = ParseFrameHeader(header_, options_.max_frame_bytes);
-  if (!length.ok()) return FailRead(length.status());
-  incoming_ = Frame(*length);
+  if (closed_ || read_failed_) return;
+  // Less than a header left: to the front, and read more behind it.
+  std::memmove(in_.get(), in_.get() + in_begin_, in_end_ - in_begin_);
+  in_end_ -= in_begin_;
+  in_begin_ = 0;
   stream_.Visit([this](auto& stream) {
-    asio::async_read(
-        stream, asio::buffer(incoming_.body(), incoming_.body_size()),
-        TransferAll,
+    stream.async_read_some(
+        asio::buffer(in_.get() + in_end_, kReadBufferBytes - in_end_),
         asio::bind_executor(strand_,
                             [self = shared_from_this()](auto ec, size_t n) {
-                              self->OnReadBody(ec, n);
+                              self->OnReadSome(ec, n);
                             }));
   });
 }
 
-void Connection::OnReadBody(const boost::system::error_code& ec, size_t n) {
+void Connection::OnReadSome(const boost::system::error_code& ec, size_t n) {
+  bytes_in_ += n;
+  in_end_ += n;
   if (ec) {
-    if (ec == asio::error::eof) {
-      return FailRead(BadFrame("truncated frame: got " + std::to_string(n) +
-                               " of " + std::to_string(incoming_.body_size()) +
-                               " bytes"));
+    const size_t got = in_end_ - in_begin_;
+    if (ec == asio::error::eof && got > 0) {
+      return FailRead(BadFrame("truncated frame header: got " +
+                               std::to_string(got) + " of 4 bytes"));
     }
     return Shutdown(IsNormalEnding(ec) ? Status::Ok()
                                        : Unavailable(ec.message()));
   }
+  DoRead();
+}
+
+bool Connection::TakeBufferedFrame() {
+  const uint8_t* at = in_.get() + in_begin_;
+  const size_t held = in_end_ - in_begin_;
+  if (held < kFrameHeaderBytes) return false;
+  // A TLS record (a handshake, TLS 1.x) where the first frame should be.
+  if (first_header_ && !stream_.tls() && at[0] == 0x16 && at[1] == 0x03) {
+    FailRead(ProtocolError(
+        "the peer opened a TLS handshake, but this end speaks plain TCP "
+        "(started without --tls-cert)"));
+    return true;
+  }
+  first_header_ = false;
+  auto length = ParseFrameHeader(at, options_.max_frame_bytes);
+  if (!length.ok()) {
+    FailRead(length.status());
+    return true;
+  }
+  Frame frame(*length);
+  const size_t body = std::min<size_t>(*length, held - kFrameHeaderBytes);
+  std::memcpy(frame.body(), at + kFrameHeaderBytes, body);
+  in_begin_ += kFrameHeaderBytes + body;
+  if (body < *length) {
+    // Its rest comes straight into it (DoRead).
+    incoming_ = std::move(frame);
+    incoming_filled_ = body;
+    return true;
+  }
+  if (Status s = frame.Verify(); !s.ok()) {
+    FailRead(s);
+    return true;
+  }
+  last_frame_ = asio::steady_timer::clock_type::now();
+  if (on_frame_) on_frame_(std::move(frame));
+  return true;
+}
+
+void Connection::OnReadBody(const boost::system::error_code& ec, size_t n) {
   bytes_in_ += n;
+  incoming_filled_ += n;
+  if (ec) {
+    if (ec == asio::error::eof) {
+      return FailRead(
+          BadFrame("truncated frame: got " + std::to_string(incoming_filled_) +
+                   " of " + std::to_string(incoming_.body_size()) + " bytes"));
+    }
+    return Shutdown(IsNormalEnding(ec) ? Status::Ok()
+                                       : Unavailable(ec.message()));
+  }
   Frame frame = std::move(incoming_);
+  incoming_ = Frame();
+  incoming_filled_ = 0;
   if (Status s = frame.Verify(); !s.ok()) return FailRead(s);
   last_frame_ = asio::steady_timer::clock_type::now();
   if (on_frame_) on_frame_(std::move(frame));
-  DoReadHeader();
+  DoRead();
 }
 
 void Connection::FailRead(const Status& why) {
+  read_failed_ = true;
   TETHER_LOG(kWarning) << "closing connection from " << peer_ << ": "
                        << why.message();
   // Keep a write in flight alive (asio still owns its buffer), and a frame
@@ -294,7 +342,7 @@ void Connection::MaybeResumeRead() {
   if (reading_paused_ && queued_bytes_ <= options_.max_queued_bytes &&
       !close_after_write_) {
     reading_paused_ = false;
-    DoReadHeader();
+    DoRead();
   }
 }
 

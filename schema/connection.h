@@ -93,9 +93,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static constexpr size_t kDirectWriteMaxBytes = size_t{64} << 10;
 
  private:
-  void DoReadHeader();
-  void OnReadHeader(const boost::system::error_code& ec, size_t n);
+  // Reading: the socket is read in chunks of up to kReadBufferBytes into
+  // in_ (one system call can bring a frame's header and body, or several
+  // small frames); a frame's body that does not fit what is there is read
+  // straight into its Frame.
+  static constexpr size_t kReadBufferBytes = size_t{64} << 10;
+  // Delivers the whole frames in in_ (unless reading pauses), then starts
+  // the next read: into in_, or the rest of a frame's body.
+  void DoRead();
+  void OnReadSome(const boost::system::error_code& ec, size_t n);
   void OnReadBody(const boost::system::error_code& ec, size_t n);
+  // Takes one frame out of in_: true when it did (and delivered it) or
+  // failed the connection; false when in_ holds no whole header.
+  bool TakeBufferedFrame();
   // Writes `frame` from this thread when it may (plain TCP, small, nothing
   // else waiting) and returns true once the socket took it, or the rest of
   // it is handed to the strand; false: the caller hands it to the strand.
@@ -131,8 +141,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Touched on the strand only.
   FrameHandler on_frame_;
   CloseHandler on_close_;
-  uint8_t header_[kFrameHeaderBytes] = {};
+  std::unique_ptr<uint8_t[]> in_;  // kReadBufferBytes, from Start
+  size_t in_begin_ = 0;            // in_[in_begin_, in_end_) is unread
+  size_t in_end_ = 0;
+  bool first_header_ = true;
+  bool read_failed_ = false;  // FailRead ran: nothing more is read
+  // A frame whose body is being read straight into it, and how much of
+  // the body is in already.
   Frame incoming_;
+  size_t incoming_filled_ = 0;
   std::deque<OutFrame> queue_;
   size_t front_sent_ = 0;  // bytes of queue_.front() already written
   size_t queued_bytes_ = 0;

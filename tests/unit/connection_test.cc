@@ -2,12 +2,16 @@
 // threads at once -- small ones written straight from the sending thread,
 // large ones by the strand -- arrive whole and, per thread, in order; and a
 // peer that stops reading until the socket is full still gets every byte
-// in order once it reads.
+// in order once it reads; and frames cut anywhere by the peer's writes
+// (one byte at a time, many in one write, one larger than the read
+// buffer) are each delivered whole, in order.
 #include "schema/connection.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -172,6 +176,78 @@ TEST(Connection, PeerThatReadsLateGetsEveryFrameInOrder) {
   }
   EXPECT_EQ(sender->bytes_out(), bytes);
   sender->Close();
+  pool.Release();
+  pool.Join();
+}
+
+// The peer writes a stream of frames cut at awkward places: the first
+// ones a byte at a time (a header split over reads), then many in one
+// write, then frames larger than the connection's read buffer cut at odd
+// offsets. Each is delivered whole, once, in order, and every byte is
+// counted as read.
+TEST(Connection, FramesCutAnywhereByThePeerArriveWholeAndInOrder) {
+  IoPool pool(1);
+  auto [a, b] = Pair(pool.Next());
+  auto receiver =
+      std::make_shared<Connection>(std::move(b), ConnectionOptions{});
+  Mutex mu;
+  std::vector<std::pair<uint64_t, size_t>> got;  // request id, message size
+  uint64_t bytes_in = 0;  // as the connection counted them, on its strand
+  Connection* r = receiver.get();
+  receiver->Start(
+      [&](Frame frame) {
+        const wire::Error* e = frame.message()->body_as_Error();
+        MutexLock lock(&mu);
+        got.emplace_back(e ? e->request_id() : 0,
+                         e && e->message() ? e->message()->size() : 0);
+        bytes_in = r->bytes_in();
+      },
+      [](const Status&) {});
+  pool.Start();
+
+  // Frame i: an Error with request id i + 1; sizes from a few bytes to
+  // twice the connection's read buffer.
+  constexpr uint64_t kFrames = 60;
+  auto size_of = [](uint64_t i) -> size_t {
+    return i % 10 == 9 ? (size_t{128} << 10) + i : 10 + i * 7;
+  };
+  std::string stream;
+  for (uint64_t i = 0; i < kFrames; ++i) {
+    NumberedFrame(i + 1, size_of(i))
+        ->ForEachPiece([&](const uint8_t* p, size_t n) {
+          stream.append(reinterpret_cast<const char*>(p), n);
+        });
+  }
+  // Cuts: 1 byte at a time for the first 200 bytes, then pieces of
+  // 4000, 3, 70001, 5, ... bytes.
+  size_t at = 0;
+  const size_t pieces[] = {4000, 3, 70001, 5, 33333, 1, 2};
+  for (size_t i = 0; at < stream.size(); ++i) {
+    const size_t n =
+        std::min(stream.size() - at, at < 200 ? size_t{1} : pieces[i % 7]);
+    asio::write(a, asio::buffer(stream.data() + at, n));
+    at += n;
+    if (i % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < until) {
+    {
+      MutexLock lock(&mu);
+      if (got.size() >= kFrames) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  {
+    MutexLock lock(&mu);
+    ASSERT_EQ(got.size(), kFrames);
+    for (uint64_t i = 0; i < kFrames; ++i) {
+      EXPECT_EQ(got[i].first, i + 1) << "frame " << i;
+      EXPECT_EQ(got[i].second, size_of(i)) << "frame " << i;
+    }
+    EXPECT_EQ(bytes_in, stream.size());
+  }
+  receiver->Close();
   pool.Release();
   pool.Join();
 }
