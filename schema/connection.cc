@@ -65,28 +65,29 @@ void Connection::Start(FrameHandler on_frame, CloseHandler on_close) {
 }
 
 void Connection::DoRead() {
-  while (!closed_ && !read_failed_) {
-    if (queued_bytes_ > options_.max_queued_bytes) {
-      reading_paused_ = true;  // OnWrite resumes once the queue drains
-      return;
-    }
-    if (incoming_.size() > 0) {
-      // The rest of a body: straight into its frame.
-      return stream_.Visit([this](auto& stream) {
-        asio::async_read(
-            stream,
-            asio::buffer(incoming_.body() + incoming_filled_,
-                         incoming_.body_size() - incoming_filled_),
-            TransferAll,
-            asio::bind_executor(strand_,
-                                [self = shared_from_this()](auto ec, size_t n) {
-                                  self->OnReadBody(ec, n);
-                                }));
-      });
-    }
+  // Every whole frame in in_, until reading pauses or a body needs more.
+  while (!closed_ && !read_failed_ && incoming_.size() == 0 &&
+         queued_bytes_ <= options_.max_queued_bytes) {
     if (!TakeBufferedFrame()) break;
   }
   if (closed_ || read_failed_) return;
+  if (queued_bytes_ > options_.max_queued_bytes) {
+    reading_paused_ = true;  // OnWrite resumes once the queue drains
+    return;
+  }
+  if (incoming_.size() > 0) {
+    // The rest of a body: straight into its frame.
+    return stream_.Visit([this](auto& stream) {
+      asio::async_read(stream,
+                       asio::buffer(incoming_.body() + incoming_filled_,
+                                    incoming_.body_size() - incoming_filled_),
+                       TransferAll,
+                       asio::bind_executor(strand_, [self = shared_from_this()](
+                                                        auto ec, size_t n) {
+                         self->OnReadBody(ec, n);
+                       }));
+    });
+  }
   // Less than a header left: to the front, and read more behind it.
   std::memmove(in_.get(), in_.get() + in_begin_, in_end_ - in_begin_);
   in_end_ -= in_begin_;
@@ -143,12 +144,7 @@ bool Connection::TakeBufferedFrame() {
     incoming_filled_ = body;
     return true;
   }
-  if (Status s = frame.Verify(); !s.ok()) {
-    FailRead(s);
-    return true;
-  }
-  last_frame_ = asio::steady_timer::clock_type::now();
-  if (on_frame_) on_frame_(std::move(frame));
+  Deliver(std::move(frame));
   return true;
 }
 
@@ -167,10 +163,14 @@ void Connection::OnReadBody(const boost::system::error_code& ec, size_t n) {
   Frame frame = std::move(incoming_);
   incoming_ = Frame();
   incoming_filled_ = 0;
+  Deliver(std::move(frame));
+  DoRead();
+}
+
+void Connection::Deliver(Frame frame) {
   if (Status s = frame.Verify(); !s.ok()) return FailRead(s);
   last_frame_ = asio::steady_timer::clock_type::now();
   if (on_frame_) on_frame_(std::move(frame));
-  DoRead();
 }
 
 void Connection::FailRead(const Status& why) {

@@ -98,14 +98,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // small frames); a frame's body that does not fit what is there is read
   // straight into its Frame.
   static constexpr size_t kReadBufferBytes = size_t{64} << 10;
-  // Delivers the whole frames in in_ (unless reading pauses), then starts
-  // the next read: into in_, or the rest of a frame's body.
+  // Delivers the whole frames in in_ (until reading pauses or a frame
+  // needs more of its body), then starts the one next read: the rest of
+  // that body straight into its frame, or more into in_.
   void DoRead();
   void OnReadSome(const boost::system::error_code& ec, size_t n);
   void OnReadBody(const boost::system::error_code& ec, size_t n);
-  // Takes one frame out of in_: true when it did (and delivered it) or
-  // failed the connection; false when in_ holds no whole header.
+  // Takes one frame out of in_: true when it did (and delivered it, or
+  // kept it in incoming_ to read the rest of its body) or failed the
+  // connection; false when in_ holds no whole header.
   bool TakeBufferedFrame();
+  // Checks a whole frame and hands it to on_frame_ (FailRead if it is bad).
+  void Deliver(Frame frame);
   // Writes `frame` from this thread when it may (plain TCP, small, nothing
   // else waiting) and returns true once the socket took it, or the rest of
   // it is handed to the strand; false: the caller hands it to the strand.
