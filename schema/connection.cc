@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <iterator>
 #include <thread>
 
 #include "schema/log.h"
@@ -65,11 +66,14 @@ void Connection::Start(FrameHandler on_frame, CloseHandler on_close) {
 }
 
 void Connection::DoRead() {
-  // Every whole frame in in_, until reading pauses or a body needs more.
+  // Every whole frame in in_, until reading pauses or a body needs more;
+  // what their handler sends leaves in one write after the last.
+  Cork();
   while (!closed_ && !read_failed_ && incoming_.size() == 0 &&
          queued_bytes_ <= options_.max_queued_bytes) {
     if (!TakeBufferedFrame()) break;
   }
+  Uncork();
   if (closed_ || read_failed_) return;
   if (queued_bytes_ > options_.max_queued_bytes) {
     reading_paused_ = true;  // OnWrite resumes once the queue drains
@@ -163,6 +167,7 @@ void Connection::OnReadBody(const boost::system::error_code& ec, size_t n) {
   Frame frame = std::move(incoming_);
   incoming_ = Frame();
   incoming_filled_ = 0;
+  Cork();  // with what follows it in in_ (DoRead uncorks)
   Deliver(std::move(frame));
   DoRead();
 }
@@ -177,6 +182,7 @@ void Connection::FailRead(const Status& why) {
   read_failed_ = true;
   TETHER_LOG(kWarning) << "closing connection from " << peer_ << ": "
                        << why.message();
+  Uncork();  // answers to the frames before the bad one
   // Keep a write in flight alive (asio still owns its buffer), and a frame
   // partly written already: its rest must go before the Error.
   AdoptPartial();
@@ -219,63 +225,115 @@ bool Connection::closed() const {
 
 void Connection::HandToStrand() {
   MutexLock lock(&write_mu_);
+  FlushCorkedLocked();
   ++handed_;
+}
+
+void Connection::Cork() {
+  if (direct_fd_ >= 0) corker_.store(std::this_thread::get_id());
+}
+
+void Connection::Uncork() {
+  if (direct_fd_ < 0) return;
+  corker_.store(std::thread::id());
+  if (!held_) return;
+  held_ = false;
+  MutexLock lock(&write_mu_);
+  FlushCorkedLocked();
 }
 
 bool Connection::WriteNow(OutFrame& frame) {
   MutexLock lock(&write_mu_);
   if (direct_fd_ < 0 || handed_ > 0 || write_closed_ ||
       frame->size() > kDirectWriteMaxBytes) {
+    FlushCorkedLocked();  // sent before `frame`: written before it
     ++handed_;
     return false;
   }
-  iovec pieces[8];
-  size_t count = 0;
-  bool fits = true;
-  frame->ForEachPiece([&](const uint8_t* p, size_t n) {
-    if (count == std::size(pieces)) {
-      fits = false;
-      return;
+  corked_bytes_ += frame->size();
+  corked_.push_back(std::move(frame));
+  // Only the frame handler's own answers wait for Uncork; any other
+  // thread's frame goes now, behind what is held.
+  const bool mine = corker_.load() == std::this_thread::get_id();
+  if (mine && corked_.size() < kMaxCorked &&
+      corked_bytes_ <= kDirectWriteMaxBytes) {
+    held_ = true;
+  } else {
+    FlushCorkedLocked();
+  }
+  return true;
+}
+
+void Connection::FlushCorkedLocked() {
+  size_t done = 0;  // frames of corked_ written whole
+  size_t sent = 0;  // bytes of corked_[done] written
+  while (done < corked_.size()) {
+    iovec pieces[64];
+    size_t count = 0;
+    size_t want = 0;
+    size_t skip = sent;
+    for (size_t i = done; i < corked_.size() && count < std::size(pieces);
+         ++i) {
+      corked_[i]->ForEachPiece([&](const uint8_t* p, size_t n) {
+        if (count == std::size(pieces)) return;
+        if (skip >= n) {
+          skip -= n;
+          return;
+        }
+        pieces[count++] = {const_cast<uint8_t*>(p + skip), n - skip};
+        want += n - skip;
+        skip = 0;
+      });
     }
-    pieces[count++] = {const_cast<uint8_t*>(p), n};
-  });
-  ssize_t n = -1;
-  if (fits) {
     msghdr message{};
     message.msg_iov = pieces;
     message.msg_iovlen = count;
+    ssize_t n = -1;
     do {
       n = ::sendmsg(direct_fd_, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
-  }
-  if (n == static_cast<ssize_t>(frame->size())) {
+    // A full socket, or an error: the strand writes the rest (and reports
+    // what fails).
+    if (n <= 0) break;
     bytes_out_ += n;
-    return true;
+    for (size_t left = n; left > 0;) {
+      const size_t rest = corked_[done]->size() - sent;
+      if (left < rest) {
+        sent += left;
+        break;
+      }
+      left -= rest;
+      ++done;
+      sent = 0;
+    }
+    if (static_cast<size_t>(n) < want) break;  // the socket is full
   }
-  ++handed_;
-  if (n < 0 && (!fits || (errno != EAGAIN && errno != EWOULDBLOCK))) {
-    return false;  // the strand writes it, and reports what fails
+  if (done < corked_.size()) {
+    // Nothing was handed to the strand before these (handed_ was 0).
+    partial_sent_ = sent;
+    for (size_t i = done; i < corked_.size(); ++i) {
+      partial_.push_back(std::move(corked_[i]));
+      ++handed_;
+    }
+    asio::post(strand_, [self = shared_from_this()] {
+      if (self->closed_) return;
+      self->AdoptPartial();
+      if (!self->writing_) self->DoWrite();
+    });
   }
-  // The socket took part of it, or none: the strand writes the rest first.
-  partial_sent_ = n > 0 ? n : 0;
-  bytes_out_ += partial_sent_;
-  partial_ = std::move(frame);
-  asio::post(strand_, [self = shared_from_this()] {
-    if (self->closed_) return;
-    self->AdoptPartial();
-    if (!self->writing_) self->DoWrite();
-  });
-  return true;
+  corked_.clear();
+  corked_bytes_ = 0;
 }
 
 void Connection::AdoptPartial() {
   MutexLock lock(&write_mu_);
-  if (!partial_) return;
-  // Nothing was handed to the strand before it: the queue is empty.
-  queued_bytes_ += partial_->size();
-  queue_.push_front(std::move(partial_));
+  if (partial_.empty()) return;
+  // Nothing was handed to the strand before them: they go first.
+  for (const OutFrame& frame : partial_) queued_bytes_ += frame->size();
+  queue_.insert(queue_.begin(), std::make_move_iterator(partial_.begin()),
+                std::make_move_iterator(partial_.end()));
+  partial_.clear();
   front_sent_ = partial_sent_;
-  partial_ = nullptr;
 }
 
 void Connection::Enqueue(OutFrame frame, bool close_after) {
@@ -387,10 +445,12 @@ void Connection::Shutdown(const Status& why) {
   if (closed_) return;
   closed_ = true;
   {
-    // No direct write may touch the socket once it closes.
+    // No direct write may touch the socket once it closes; what is corked
+    // was sent before the close.
     MutexLock lock(&write_mu_);
+    FlushCorkedLocked();
     write_closed_ = true;
-    partial_ = nullptr;
+    partial_.clear();
   }
   deadline_.cancel();
   boost::system::error_code ignored;

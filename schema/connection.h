@@ -31,6 +31,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "schema/flags.h"
 #include "schema/frame.h"
@@ -71,7 +73,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Starts reading. Call once.
   void Start(FrameHandler on_frame, CloseHandler on_close);
 
-  // Queues `frame` for sending. Dropped silently once closed.
+  // Queues `frame` for sending. Dropped silently once closed. While the
+  // frames of one read are handed to the frame handler, the frames it
+  // sends are held and leave together in one write when it is done with
+  // the last of them: answers to requests that came in one read go out in
+  // one system call.
   void Send(OutFrame frame);
   // Queues `frame` and closes once it is written (or on error).
   void SendAndClose(OutFrame frame);
@@ -91,6 +97,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Frames up to this size may be written from the calling thread.
   static constexpr size_t kDirectWriteMaxBytes = size_t{64} << 10;
+  // Held (corked) frames are written at once when there are this many, or
+  // more than kDirectWriteMaxBytes of them.
+  static constexpr size_t kMaxCorked = 32;
 
  private:
   // Reading: the socket is read in chunks of up to kReadBufferBytes into
@@ -114,8 +123,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // else waiting) and returns true once the socket took it, or the rest of
   // it is handed to the strand; false: the caller hands it to the strand.
   bool WriteNow(OutFrame& frame) TETHER_EXCLUDES(write_mu_);
-  // Counts one more frame handed to the strand (see handed_).
+  // Counts one more frame handed to the strand (see handed_), after
+  // writing what is corked: that was sent first.
   void HandToStrand() TETHER_EXCLUDES(write_mu_);
+  // Holds this thread's direct writes in corked_ from now (plain TCP
+  // only) ...
+  void Cork() TETHER_EXCLUDES(write_mu_);
+  // ... until this writes them.
+  void Uncork() TETHER_EXCLUDES(write_mu_);
+  // Writes corked_ with as few system calls as the socket allows; what it
+  // does not take goes to partial_, for the strand to write first.
+  void FlushCorkedLocked() TETHER_REQUIRES(write_mu_);
   // On the strand: queues `frame` (after the rest of a direct write).
   void Enqueue(OutFrame frame, bool close_after);
   void AdoptPartial() TETHER_EXCLUDES(write_mu_);
@@ -171,9 +189,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   mutable Mutex write_mu_;
   size_t handed_ TETHER_GUARDED_BY(write_mu_) = 0;
   bool write_closed_ TETHER_GUARDED_BY(write_mu_) = false;
-  // A direct write the socket took only part of; the strand writes the
-  // rest before anything else.
-  OutFrame partial_ TETHER_GUARDED_BY(write_mu_);
+  // Direct writes held while a read's frames are handled (see Send), by
+  // the thread that handles them (none: not corked). Set and cleared by
+  // that thread without the lock: no other thread's id ever compares
+  // equal, whenever it looks.
+  std::atomic<std::thread::id> corker_;
+  bool held_ = false;  // on the strand: the corker held a frame
+  std::vector<OutFrame> corked_ TETHER_GUARDED_BY(write_mu_);
+  size_t corked_bytes_ TETHER_GUARDED_BY(write_mu_) = 0;
+  // Direct writes the socket took only part of (partial_sent_ bytes of
+  // the first; none of the others); the strand writes them before
+  // anything else.
+  std::deque<OutFrame> partial_ TETHER_GUARDED_BY(write_mu_);
   size_t partial_sent_ TETHER_GUARDED_BY(write_mu_) = 0;
 };
 

@@ -10,6 +10,7 @@
 #include "schema/mutex.h"
 #include "schema/stats_frame.h"
 #include "schema/tls.h"
+#include "worker/completion.h"
 #include "worker/request_cutter.h"
 #include "worker/shard_link.h"
 
@@ -57,41 +58,11 @@ class Fanout {
   const Client::Callback done_;
 };
 
-// The answer to one blocking call: the caller spins for it a little before
-// sleeping, since a small request to a nearby shard is answered in about
-// the time a sleeping thread takes to wake up.
-class Answer {
- public:
-  void Set(const Status& s) {
-    status_ = s;
-    done_.store(true, std::memory_order_release);
-    done_.notify_one();
-  }
-  Status Get(int spin_us) {
-    const auto until =
-        std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-    while (!done_.load(std::memory_order_acquire)) {
-      if (std::chrono::steady_clock::now() >= until) {
-        done_.wait(false, std::memory_order_acquire);
-        break;
-      }
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
-    return status_;
-  }
-
- private:
-  std::atomic<bool> done_{false};
-  Status status_;  // written before done_ is set
-};
-
 // Starts a request with `start` and waits for its callback.
 Status Wait(int spin_us, const std::function<void(Client::Callback)>& start) {
-  auto answer = std::make_shared<Answer>();
+  auto answer = std::make_shared<Completion>();
   start([answer](const Status& s) { answer->Set(s); });
-  return answer->Get(spin_us);
+  return answer->Wait(spin_us);
 }
 
 // Buffers a shard on this host writes pull replies into (Pull.landing).
@@ -234,7 +205,7 @@ struct Client::Impl {
   // it the read clock.
   std::atomic<int64_t> prefetched_for{-1};
   // The clock ClockPipelined() left in flight; empty when none.
-  std::shared_ptr<Answer> clock_in_flight;
+  std::shared_ptr<Completion> clock_in_flight;
 
   // PullAsync and PrefetchAsync: for `for_clock`, -1 for the clock now.
   void Pull(const std::string& name, std::span<float> out, int64_t for_clock,
@@ -764,16 +735,16 @@ Status Client::Clock() {
 
 Status Client::ClockPipelined() {
   TETHER_RETURN_IF_ERROR(AwaitClock());
-  auto answer = std::make_shared<Answer>();
+  auto answer = std::make_shared<Completion>();
   impl_->clock_in_flight = answer;
   ClockAsync([answer](const Status& s) { answer->Set(s); });
   return Status::Ok();
 }
 
 Status Client::AwaitClock() {
-  std::shared_ptr<Answer> answer = std::move(impl_->clock_in_flight);
+  std::shared_ptr<Completion> answer = std::move(impl_->clock_in_flight);
   impl_->clock_in_flight.reset();
-  return answer ? answer->Get(impl_->options.spin_us) : Status::Ok();
+  return answer ? answer->Wait(impl_->options.spin_us) : Status::Ok();
 }
 
 void Client::ReportAsync(const Progress& p, Callback done) {

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "worker/completion.h"
 #include "worker/reporter.h"
 #include "worker/train_step.h"
 #include "worker/training_loop.h"
@@ -17,28 +17,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Issues `start(done)`; the future of the status it is done with.
+// Issues `start(i, done)` for every parameter i at once; their statuses,
+// to wait for.
 template <typename Start>
-std::future<Status> StartOne(Start start) {
-  auto promise = std::make_shared<std::promise<Status>>();
-  std::future<Status> done = promise->get_future();
-  start([promise](const Status& s) { promise->set_value(s); });
-  return done;
-}
-
-// Issues `start(i, done)` for every parameter i at once; the futures of
-// their statuses.
-template <typename Start>
-std::vector<std::future<Status>> StartEachParam(size_t params, Start start) {
-  std::vector<std::future<Status>> parts;
+std::vector<PendingStatus> StartEachParam(size_t params, Start start) {
+  std::vector<PendingStatus> parts;
   for (size_t i = 0; i < params; ++i) {
-    parts.push_back(StartOne([&](auto done) { start(i, std::move(done)); }));
+    parts.push_back(
+        PendingStatus::Of([&](auto done) { start(i, std::move(done)); }));
   }
   return parts;
 }
 
 // Waits for every part; returns the first error.
-Status WaitForAll(std::vector<std::future<Status>> parts) {
+Status WaitForAll(std::vector<PendingStatus> parts) {
   Status first;
   for (auto& p : parts) {
     Status s = p.get();
@@ -161,7 +153,7 @@ class DenseTrainer {
   // for the next step into its spare buffer (which held the step before's,
   // done with).
   void PrefetchOne(size_t i) {
-    early_[i] = StartOne([&](auto done) {
+    early_[i] = PendingStatus::Of([&](auto done) {
       client_.PrefetchAsync(model_.specs()[i].name, spare_[i], done);
     });
   }
@@ -296,14 +288,14 @@ class DenseTrainer {
     for (size_t i : {2 * layer, 2 * layer + 1}) {
       const std::string& name = model_.specs()[i].name;
       if (!prefetch_with_push_) {
-        pushes_.push_back(StartOne([&](auto done) {
+        pushes_.push_back(PendingStatus::Of([&](auto done) {
           client_.PushAsync(name, model_.grads()[i], done);
         }));
         continue;
       }
       Client::Callback fetched;
-      early_[i] = StartOne([&](auto done) { fetched = done; });
-      pushes_.push_back(StartOne([&](auto done) {
+      early_[i] = PendingStatus::Of([&](auto done) { fetched = done; });
+      pushes_.push_back(PendingStatus::Of([&](auto done) {
         client_.PushAndPrefetchAsync(name, model_.grads()[i], spare_[i], done,
                                      fetched);
       }));
@@ -360,7 +352,7 @@ class DenseTrainer {
   // Waits for `pushes`, sent at clock `at`, and forgets them; their outcome
   // (a refused one is counted and dropped). Pipelined, pushes of an earlier
   // step to a shard lost since are lost with it: that step is not repeated.
-  Status CollectPushes(std::vector<std::future<Status>>& pushes, int64_t at) {
+  Status CollectPushes(std::vector<PendingStatus>& pushes, int64_t at) {
     Status pushed = WaitForAll(std::move(pushes));
     pushes.clear();
     if (pipelined_ && at < client_.clock()) {
@@ -379,11 +371,11 @@ class DenseTrainer {
   uint64_t rejected_pushes_ = 0;
   // The batch's pushes, sent before its clock and collected after it (or,
   // pipelined, a batch later: SetAsideLastPushes), sent at clock pushed_at_.
-  std::vector<std::future<Status>> pushes_;
+  std::vector<PendingStatus> pushes_;
   int64_t pushed_at_ = -1;
   // Pipelined: the step before's pushes, sent at clock older_at_ from
   // older_grads_ (the model's gradient buffers of that step).
-  std::vector<std::future<Status>> older_pushes_;
+  std::vector<PendingStatus> older_pushes_;
   int64_t older_at_ = -1;
   std::vector<std::vector<float>> older_grads_;
   bool pipelined_ = false;
@@ -392,7 +384,7 @@ class DenseTrainer {
   // Pulls into the model's weights (one per spec; an awaited one is no
   // longer valid), read at clock pulled_at_; -1 when the weights hold no
   // pull for the next step.
-  std::vector<std::future<Status>> pulls_;
+  std::vector<PendingStatus> pulls_;
   int64_t pulled_at_ = -1;
   bool prefetched_ = false;
   // Whether pulls_ fill spare_ (prefetches) rather than the weights.
@@ -401,7 +393,7 @@ class DenseTrainer {
   // The next step's weights, asked for spec by spec during this step's
   // forward (pipelined: PrefetchOne) or behind its pushes
   // (prefetch_with_push_); invalid where not asked yet.
-  std::vector<std::future<Status>> early_;
+  std::vector<PendingStatus> early_;
   std::vector<float> batch_x_;
   std::vector<int32_t> batch_y_;
   // The batch Step computed, counted by AfterClock once it is clocked.

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <future>
 #include <limits>
 #include <string>
 #include <thread>
 
 #include "schema/shuffle.h"
+#include "worker/completion.h"
 
 namespace tether {
 namespace {
@@ -217,11 +217,10 @@ Status RunBatch(Client& client, const std::function<Status()>& step,
           return Status::Ok();
         }
         if (!clock_sent) return client.Clock();
-        std::promise<Status> clocked;
-        client.ClockAsync(
-            [&clocked](const Status& s) { clocked.set_value(s); });
+        PendingStatus clocked = PendingStatus::Of(
+            [&client](auto done) { client.ClockAsync(std::move(done)); });
         clock_sent();
-        return clocked.get_future().get();
+        return clocked.get();
       },
       finish));
   if (!after_clock) return Status::Ok();

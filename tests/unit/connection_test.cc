@@ -4,12 +4,15 @@
 // peer that stops reading until the socket is full still gets every byte
 // in order once it reads; and frames cut anywhere by the peer's writes
 // (one byte at a time, many in one write, one larger than the read
-// buffer) are each delivered whole, in order.
+// buffer) are each delivered whole, in order; and answers sent while one
+// read's frames are handled go out together, in order.
 #include "schema/connection.h"
 
 #include <gtest/gtest.h>
+#include <sys/ioctl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
@@ -248,6 +251,101 @@ TEST(Connection, FramesCutAnywhereByThePeerArriveWholeAndInOrder) {
     EXPECT_EQ(bytes_in, stream.size());
   }
   receiver->Close();
+  pool.Release();
+  pool.Join();
+}
+
+// Bytes waiting to be read on `socket`.
+int Readable(tcp::socket& socket) {
+  int n = -1;
+  ::ioctl(socket.native_handle(), FIONREAD, &n);
+  return n;
+}
+
+// Twenty requests reach the connection in one read. What the frame
+// handler sends while it handles them is held and written together once
+// it is done with the last (the peer sees none of it before); a frame
+// another thread sends meanwhile goes out at once, behind what is held;
+// a frame too large to be held goes behind them too; every frame arrives
+// whole and in the order sent.
+TEST(Connection, AnswersSentWhileAReadIsHandledGoOutInOrder) {
+  IoPool pool(1);
+  auto [a, b] = Pair(pool.Next());
+  auto conn = std::make_shared<Connection>(std::move(b), ConnectionOptions{});
+  tcp::socket& peer = a;  // a lambda cannot capture a structured binding
+  constexpr uint64_t kRequests = 20;
+  constexpr uint64_t kOther = 1000;  // the other thread's frame
+  constexpr uint64_t kLarge = 2000;  // too large to be held
+  std::string requests;
+  for (uint64_t i = 0; i < kRequests; ++i) {
+    NumberedFrame(i, 30)->ForEachPiece([&](const uint8_t* p, size_t n) {
+      requests.append(reinterpret_cast<const char*>(p), n);
+    });
+  }
+  // All of them are in the socket before the connection reads.
+  asio::write(a, asio::buffer(requests));
+  auto reply = [](uint64_t id) {
+    return NumberedFrame(
+        id, id == kLarge ? Connection::kDirectWriteMaxBytes + 100 : 50 + id);
+  };
+  std::vector<int> readable(kRequests, -1);  // at the end of each handler
+  uint64_t bytes_in_first = 0;
+  std::atomic<uint64_t> handled{0};
+  Connection* c = conn.get();
+  conn->Start(
+      [&](Frame frame) {
+        const uint64_t i = frame.message()->body_as_Error()->request_id();
+        if (i == 0) bytes_in_first = c->bytes_in();
+        c->Send(reply(i));
+        if (i == 3) std::thread([&] { c->Send(reply(kOther)); }).join();
+        if (i == 10) c->Send(reply(kLarge));
+        readable[i] = Readable(peer);
+        handled.fetch_add(1);
+      },
+      [](const Status&) {});
+  pool.Start();
+  // Nothing is read before the last request has been handled.
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (handled.load() < kRequests &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(handled.load(), kRequests);
+
+  std::vector<uint64_t> expected;
+  for (uint64_t i = 0; i < kRequests; ++i) {
+    expected.push_back(i);
+    if (i == 3) expected.push_back(kOther);
+    if (i == 10) expected.push_back(kLarge);
+  }
+  for (size_t k = 0; k < expected.size(); ++k) {
+    uint8_t header[kFrameHeaderBytes];
+    asio::read(a, asio::buffer(header));
+    auto length = ParseFrameHeader(header, kDefaultMaxFrameBytes);
+    ASSERT_TRUE(length.ok()) << "reply " << k;
+    Frame frame(*length);
+    asio::read(a, asio::buffer(frame.body(), frame.body_size()));
+    ASSERT_TRUE(frame.Verify().ok()) << "reply " << k;
+    const wire::Error* e = frame.message()->body_as_Error();
+    ASSERT_NE(e, nullptr);
+    ASSERT_EQ(e->request_id(), expected[k]) << "reply " << k;
+    EXPECT_EQ(frame.size(), reply(expected[k])->size()) << "reply " << k;
+  }
+  ASSERT_EQ(bytes_in_first, requests.size())
+      << "the requests came in more than one read: nothing was tested";
+  auto bytes = [&](const std::vector<uint64_t>& ids) {
+    int n = 0;
+    for (uint64_t id : ids) n += static_cast<int>(reply(id)->size());
+    return n;
+  };
+  // Held: nothing on the wire while 0..2 are handled.
+  EXPECT_EQ(readable[2], 0);
+  // The other thread's frame went out at once, behind 0..3.
+  EXPECT_EQ(readable[3], bytes({0, 1, 2, 3, kOther}));
+  // 4..9 held again.
+  EXPECT_EQ(readable[9], readable[3]);
+  conn->Close();
   pool.Release();
   pool.Join();
 }

@@ -1,0 +1,49 @@
+#include "worker/completion.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+
+namespace tether {
+namespace {
+
+static_assert(sizeof(std::atomic<int>) == sizeof(int));
+
+void Futex(std::atomic<int>& word, int op, int value) {
+  ::syscall(SYS_futex, reinterpret_cast<int*>(&word), op, value, nullptr,
+            nullptr, 0);
+}
+
+}  // namespace
+
+void Completion::Set(const Status& s) {
+  status_ = s;
+  if (state_.exchange(kDone, std::memory_order_acq_rel) == kSleeping) {
+    Futex(state_, FUTEX_WAKE_PRIVATE, 1);
+  }
+}
+
+Status Completion::Wait(int spin_us) {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  while (state_.load(std::memory_order_acquire) != kDone) {
+    if (std::chrono::steady_clock::now() >= until) {
+      int pending = kPending;
+      state_.compare_exchange_strong(pending, kSleeping,
+                                     std::memory_order_acq_rel);
+      // Sleeps while the word still says so; Set changes it first.
+      while (state_.load(std::memory_order_acquire) != kDone) {
+        Futex(state_, FUTEX_WAIT_PRIVATE, kSleeping);
+      }
+      break;
+    }
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  return status_;
+}
+
+}  // namespace tether
