@@ -75,10 +75,9 @@ struct UpOptions {
   RunSettings run = UpRunDefaults();
   int slow = 1;           // how many workers (the last ranks) are slowed
   double slowdown = 3.0;  // how much slower they are
-  std::string wire_dtype = "f32";  // --wire-dtype, given to every worker
-  bool overlap_steps = false;      // --overlap-steps, to every worker
-  // --prefetch-with-push, to every tether-worker (not --python-model ones).
-  bool prefetch_with_push = false;
+  std::string wire_dtype = "f32";   // --wire-dtype, given to every worker
+  bool overlap_steps = false;       // --overlap-steps, to every worker
+  bool prefetch_with_push = false;  // --prefetch-with-push, to every worker
   int staleness = 3;
   std::string model = "mlp";
   // FILE.py:CLASS: workers are `python3 -m tether.worker` training this
@@ -1216,11 +1215,6 @@ int Main(int argc, char** argv) {
   if (o.wire_dtype != "f32" && o.wire_dtype != "bf16") {
     std::cerr << "tether-up: --wire-dtype " << o.wire_dtype
               << ": f32 or bf16\n";
-    return 2;
-  }
-  if (o.prefetch_with_push && !o.python_model.empty()) {
-    std::cerr << "tether-up: --prefetch-with-push is tether-worker's; "
-                 "--python-model workers do not take it\n";
     return 2;
   }
   if (o.chunk_rows < -1) {

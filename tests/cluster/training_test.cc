@@ -185,23 +185,22 @@ TEST(Training, LauncherOverlapStepsReachesEveryWorkerAndTheTarget) {
 TEST(Training, LauncherPrefetchWithPushReachesEveryWorkerAndTheTarget) {
   ExpectLauncherRunReaches80Percent("--prefetch-with-push", {"--epochs", "3"},
                                     {"--model", "mlp"});
-  // Not for python3 -m tether.worker workers: refused, naming the flag.
-  std::string out;
-  auto code = RunToExit({TETHER_UP_BIN, "--http", "off", "--prefetch-with-push",
-                         "--python-model", "any.py"},
-                        &out, 10000);
-  ASSERT_TRUE(code.ok()) << code.status().ToString();
-  EXPECT_EQ(*code, 2) << out;
-  EXPECT_NE(out.find("--prefetch-with-push"), std::string::npos) << out;
 }
 
 #ifdef TETHER_PYTHON_TEST_MODEL
-// The same with python3 -m tether.worker workers (--python-model: a
+// The same two with python3 -m tether.worker workers (--python-model: a
 // linear classifier, 4 epochs). Builds without the Python package (the
 // sanitizer presets) do not have this test.
 TEST(Training, LauncherOverlapStepsReachesPythonWorkersAndTheTarget) {
   ExpectLauncherRunReaches80Percent(
       "--overlap-steps",
+      {"--epochs", "4", "--python-model", TETHER_PYTHON_TEST_MODEL},
+      {"-m", "tether.worker"});
+}
+
+TEST(Training, LauncherPrefetchWithPushReachesPythonWorkersAndTheTarget) {
+  ExpectLauncherRunReaches80Percent(
+      "--prefetch-with-push",
       {"--epochs", "4", "--python-model", TETHER_PYTHON_TEST_MODEL},
       {"-m", "tether.worker"});
 }

@@ -294,30 +294,103 @@ def test_overlap_steps_compute_on_prefetched_weights_within_the_bound(
         ps.step()
         clocks = c.clocks
         backward(model, ps)
-        try:
-            ps.step()
-        except tether.NonFiniteError as e:
-            assert "fc1.bias" in e.message, e.message
-        else:
-            raise AssertionError("the refused push was not raised")
+        expect_non_finite_refused(ps.step, "fc1.bias")
         assert c.clocks == clocks + 1
         assert not ps.prefetching
         ps.pull()  # flushes the last step's pushes first
         assert_values(model, shard_values_of(run.coordinator, model))
 
     # Bound 0: nothing is prefetched; step() waits as without overlap.
-    run0 = cluster(shards=1, workers=1, flags=[
+    check_off_under_bound_zero(cluster, x, y, overlap_steps=True)
+
+
+def expect_non_finite_refused(step, name):
+    """step() raises the refusal of `name`'s non-finite push."""
+    try:
+        step()
+    except tether.NonFiniteError as e:
+        assert name in e.message, e.message
+    else:
+        raise AssertionError("the refused push was not raised")
+
+
+def check_off_under_bound_zero(cluster, x, y, **mode):
+    """Under bound 0, ParameterServer(..., **mode) prefetches nothing:
+    step() pulls behind the clock as without `mode`, so the module holds
+    the step's update."""
+    run = cluster(shards=1, workers=1, flags=[
         "--optimizer", "sgd", "--lr", "0.5"])
-    with tether.Client(run0.coordinator, staleness=0, rank=0) as c:
+    with tether.Client(run.coordinator, staleness=0, rank=0) as c:
         torch.manual_seed(4)
         model = Mlp()
         initial = values(model)
-        ps = tether.torch.ParameterServer(model, c, timeout=30,
-                                          overlap_steps=True)
-        g0 = backward(model, ps)
-        assert not ps.prefetching
+        ps = tether.torch.ParameterServer(model, c, timeout=30, **mode)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        ps.prefetch()
+        loss.backward()
+        g = {n: p.grad.clone().numpy() for n, p in model.named_parameters()}
+        assert not ps.prefetching and not ps.prefetch_with_push
         ps.step()
-        assert_values(model, {n: initial[n] - half * g0[n] for n in initial})
+        assert_values(model, {n: initial[n] - np.float32(0.5) * g[n]
+                              for n in initial})
+
+
+def test_prefetch_with_push_takes_its_own_writes_without_a_pull(cluster):
+    """prefetch_with_push=True: each parameter's next values are asked for
+    right behind its gradient (from backward with push_in_backward, or by
+    step()), so step() puts them in without a pull, and they hold this
+    worker's own update; a parameter without a gradient, or a refused
+    push, makes the next pull ask again, and the module still holds what
+    the shards hold; under bound 0 it is off and step() pulls as usual."""
+    torch.set_num_threads(1)
+    x = torch.randn(8, 5)
+    y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    half = np.float32(0.5)
+
+    def backward(model):
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        return {n: p.grad.clone().numpy() for n, p in model.named_parameters()}
+
+    for in_backward in (True, False):
+        run = cluster(shards=2, workers=1, flags=[
+            "--block-size", "4", "--optimizer", "sgd", "--lr", "0.5",
+            "--max-staleness", "1"])
+        with tether.Client(run.coordinator, staleness=1, rank=0) as c:
+            torch.manual_seed(4)
+            model = Mlp()
+            params = dict(model.named_parameters())
+            ps = tether.torch.ParameterServer(
+                model, c, timeout=30, push_in_backward=in_backward,
+                prefetch_with_push=True)
+            assert ps.prefetch_with_push
+            before = values(model)
+            g = backward(model)
+            ps.step()
+            # Its own update, put in by step() with no pull after it.
+            assert ps.pull_start() is None
+            assert_values(model, {n: before[n] - half * g[n] for n in g})
+            assert_values(model, shard_values_of(run.coordinator, model))
+            assert dict(model.named_parameters()) == params  # same objects
+
+            # A parameter without a gradient: the next pull asks again.
+            ps.close()  # with push_in_backward, backward would send them
+            before = values(model)
+            g = backward(model)
+            model.fc2.bias.grad = None
+            ps.step()
+            g["fc2.bias"] = np.zeros_like(g["fc2.bias"])
+            assert_values(model, {n: before[n] - half * g[n] for n in g})
+
+            # A refused push is raised; the module still gets the values.
+            backward(model)
+            model.fc1.bias.grad[0] = float("nan")
+            expect_non_finite_refused(ps.step, "fc1.bias")
+            ps.pull()
+            assert_values(model, shard_values_of(run.coordinator, model))
+            assert c.max_push_staleness <= 1, c.max_push_staleness
+
+    # Bound 0: off; step() pulls behind the clock as without it.
+    check_off_under_bound_zero(cluster, x, y, prefetch_with_push=True)
 
 
 def shard_values_of(coordinator, model):

@@ -466,6 +466,27 @@ class PyClient {
     return p;
   }
 
+  // A tensor's push with the prefetch of its next values into `out` right
+  // behind each of its parts (Client::PushAndPrefetchAsync): the push's
+  // and the prefetch's Pendings.
+  std::pair<std::shared_ptr<Pending>, std::shared_ptr<Pending>>
+  PushAndPrefetchStart(const std::string& name, const py::object& grad,
+                       const py::object& out) {
+    const Meta& m = Lookup(name, false);
+    const Floats g = CheckFloats(grad, false, "push '" + name + "'",
+                                 ShapeText(m.shape), m.size);
+    const Floats o = CheckFloats(out, true, "prefetch '" + name + "'",
+                                 ShapeText(m.shape), m.size);
+    auto pushed = Track(grad);
+    auto fetched = Track(out);
+    Client& client = c();
+    InClient in_client;
+    client.PushAndPrefetchAsync(name, {g.data(), g.size()},
+                                {o.data(), o.size()}, pushed->Callback(),
+                                fetched->Callback());
+    return {pushed, fetched};
+  }
+
   std::shared_ptr<Pending> ClockStart() {
     auto p = Track(py::none());
     Client& client = c();
@@ -672,6 +693,14 @@ PYBIND11_MODULE(_tether, m) {
                                  Dense::kPush, names, buffers, clock),
                              self);
            })
+      .def("push_and_prefetch",
+           [](const py::object& self, const std::string& name,
+              const py::object& grad, const py::object& out) {
+             auto [pushed, fetched] =
+                 self.cast<PyClient&>().PushAndPrefetchStart(name, grad, out);
+             return py::make_tuple(PyFuture(pushed, self),
+                                   PyFuture(fetched, self));
+           })
       .def("clock", [](PyClient& self) { self.Wait(self.ClockStart()); })
       .def("clock_async",
            [](const py::object& self) {
@@ -778,6 +807,8 @@ PYBIND11_MODULE(_tether, m) {
       .def_property_readonly(
           "resume_round",
           [](PyClient& self) { return self.c().resume_round(); })
+      .def_property_readonly("records",
+                             [](PyClient& self) { return self.c().records(); })
       .def_property_readonly("max_push_staleness", [](PyClient& self) {
         return self.c().max_push_staleness();
       });

@@ -185,6 +185,10 @@ class Client:
     clocks = property(lambda self: self._c.clocks,
                       doc="clock() calls completed (a resumed run starts "
                           "at the round's clock)")
+    records = property(lambda self: self._c.records,
+                       doc="the shards record the order of requests "
+                           "(--record): a replay expects each where the "
+                           "recording has it")
     resume_round = property(lambda self: self._c.resume_round,
                             doc="the checkpoint round the run resumed "
                                 "from; -1: none")

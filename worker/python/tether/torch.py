@@ -23,6 +23,17 @@ so the wire works while backward goes on; step() then sends only the clock
 (and the sparse rows) behind them. One backward() per step: gradients
 accumulated over several backward() calls need the default (False).
 
+With ParameterServer(..., prefetch_with_push=True), a bound s other than 0,
+without overlap_steps and not in a recorded run, each dense parameter's next values are asked
+for right behind its gradient, part by part on each shard's connection
+(tether-worker --prefetch-with-push): with push_in_backward they come down
+the link while backward goes on and the gradients below still go up. A
+shard answers a connection in order, so they hold this worker's own push
+(each step still reads its own writes), and they are read at the next
+clock, so the bound stays exact. The next pull() (step()'s) takes them
+instead of asking again; it pulls when one was not asked for (a
+parameter without a gradient) or failed.
+
 With ParameterServer(..., overlap_steps=True) and a bound s other than 0,
 a step overlaps the next one, as tether-worker --overlap-steps does:
 
@@ -116,10 +127,21 @@ class ParameterServer:
     """
 
     def __init__(self, model, client, *, timeout=600.0,
-                 push_in_backward=False, overlap_steps=False):
+                 push_in_backward=False, overlap_steps=False,
+                 prefetch_with_push=False):
         self.model = model
         self.client = client
         self.overlap_steps = overlap_steps
+        # prefetch_with_push (not with overlap_steps; not under bound 0,
+        # where the next clock's values cannot be read before every worker
+        # clocked; not in a recorded run, whose replay expects each request
+        # where the recording has it): the prefetches sent behind this
+        # clock's pushes, by name, and the clock they are for.
+        self.prefetch_with_push = (prefetch_with_push and not overlap_steps
+                                   and client.staleness != 0 and
+                                   not client.records)
+        self._early = {}
+        self._early_for = -1
         self.wait_seconds = 0.0  # time spent in pull(): waiting for others
         # overlap_steps: the prefetch in flight (its future), the clock
         # whose values the module holds (-1: pull them), and the last
@@ -200,8 +222,20 @@ class ParameterServer:
                 "backward() calls needs ParameterServer(..., "
                 "push_in_backward=False)")
         g = self._host_grad(d)
-        self._sent[d.name] = (self.client._c.push_many(
-            [d.name], [_host_view(g)], False), g)
+        self._sent[d.name] = (self._push_one(d, g), g)
+
+    def _push_one(self, d, g):
+        """Pushes gradient `g` of d (host memory); with prefetch_with_push,
+        d's next values are asked for right behind it. Its future."""
+        if not self.prefetch_with_push:
+            return self.client._c.push_many([d.name], [_host_view(g)], False)
+        if d.cuda:
+            self._await_gpu_copies()  # the last copies read d.host
+        pushed, fetched = self.client._c.push_and_prefetch(
+            d.name, _host_view(g), d.prefetch_buffer())
+        self._early[d.name] = fetched
+        self._early_for = self.client.clocks + 1
+        return pushed
 
     def _provide(self):
         """Rank 0: the module's own values, where the shards have none."""
@@ -252,10 +286,36 @@ class ParameterServer:
         holds the values of this clock (an overlapped step() put them in)."""
         if self._weights_for == self.client.clocks:
             return None
+        if self._take_early():
+            self._weights_for = self.client.clocks
+            return None
         self._await_gpu_copies()
         # One call and one future for every tensor (see push()).
         return self.client._c.pull_many(
             self._names, [d.pull_buffer for d in self._dense])
+
+    def _take_early(self):
+        """prefetch_with_push: waits for the values asked for behind the
+        last pushes and puts them in the module; False (and nothing put in)
+        when they are not for this clock, not for every dense parameter, or
+        one failed: then they are pulled."""
+        early, self._early = self._early, {}
+        if not early:
+            return False
+        start = time.monotonic()
+        usable = (self._early_for == self.client.clocks and
+                  len(early) == len(self._dense))
+        for f in early.values():  # each ends before its buffer is reused
+            try:
+                f.result()
+            except Exception:  # noqa: BLE001 -- pulled again instead
+                usable = False
+        self.wait_seconds += time.monotonic() - start
+        if not usable:
+            return False
+        for d in self._dense:
+            d.take_prefetched()
+        return True
 
     def _await_gpu_copies(self):
         if self._on_gpu:
@@ -357,6 +417,11 @@ class ParameterServer:
         keep = [g for _, g in self._sent.values()]
         for d in self._dense:
             if d.param.grad is None or d.name in self._sent:
+                continue
+            if self.prefetch_with_push:
+                g = self._host_grad(d)
+                futures.append(self._push_one(d, g))
+                keep.append(g)
                 continue
             names.append(d.name)
             grads.append(_host_view(self._host_grad(d)))

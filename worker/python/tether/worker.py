@@ -82,6 +82,14 @@ def parse_args(argv):
                         "the last one's pushes and clock travel, on weights "
                         "prefetched during its backward (pushes are then "
                         "at most s + 1 clocks stale), as tether-worker's")
+    p.add_argument("--prefetch-with-push", nargs="?", const="true",
+                   default="false", choices=("true", "false"),
+                   help="with --staleness other than 0 and without "
+                        "--overlap-steps: ask for each parameter's next "
+                        "values right behind its gradient, so they come "
+                        "down the link while the gradients below still go "
+                        "up (with --push-in-backward on), as "
+                        "tether-worker's; false: pull them after the clock")
     p.add_argument("--wire-dtype", choices=("f32", "bf16"), default="f32",
                    help="bf16: push gradients and pull weights as bfloat16 "
                         "(half the bytes; the shards keep f32)")
@@ -192,6 +200,7 @@ def worker_manifest(a, argv, test_spec):
             "eval_every": a.eval_every, "data": a.data,
             "test_data": test_spec or "", "wire_dtype": a.wire_dtype,
             "overlap_steps": a.overlap_steps == "true",
+            "prefetch_with_push": a.prefetch_with_push == "true",
             "torch": torch.__version__,
         },
         "data_files": files,
@@ -249,7 +258,8 @@ class Trainer:
         self.ps = tether.torch.ParameterServer(
             model, client, push_in_backward=(self.a.push_in_backward == "on"
                                              and self.a.slowdown <= 1.0),
-            overlap_steps=self.a.overlap_steps == "true")
+            overlap_steps=self.a.overlap_steps == "true",
+            prefetch_with_push=self.a.prefetch_with_push == "true")
         self.rejected = 0
         self.samples = 0
         self.loss_sum, self.loss_count, self.last_loss = 0.0, 0, None
