@@ -341,7 +341,8 @@ def test_prefetch_with_push_takes_its_own_writes_without_a_pull(cluster):
     step()), so step() puts them in without a pull, and they hold this
     worker's own update; a parameter without a gradient, or a refused
     push, makes the next pull ask again, and the module still holds what
-    the shards hold; under bound 0 it is off and step() pulls as usual."""
+    the shards hold, as it does after pushes with no pull between them;
+    under bound 0 it is off and step() pulls as usual."""
     torch.set_num_threads(1)
     x = torch.randn(8, 5)
     y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
@@ -386,6 +387,14 @@ def test_prefetch_with_push_takes_its_own_writes_without_a_pull(cluster):
             model.fc1.bias.grad[0] = float("nan")
             expect_non_finite_refused(ps.step, "fc1.bias")
             ps.pull()
+            assert_values(model, shard_values_of(run.coordinator, model))
+
+            # Pushes with no pull between them: each prefetch ends before
+            # the next one reuses its buffer, and the pull takes the last.
+            for _ in range(2):
+                backward(model)
+                ps.push(clock=True)
+            assert ps.pull_start() is None
             assert_values(model, shard_values_of(run.coordinator, model))
             assert c.max_push_staleness <= 1, c.max_push_staleness
 

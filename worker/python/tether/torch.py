@@ -23,16 +23,16 @@ so the wire works while backward goes on; step() then sends only the clock
 (and the sparse rows) behind them. One backward() per step: gradients
 accumulated over several backward() calls need the default (False).
 
-With ParameterServer(..., prefetch_with_push=True), a bound s other than 0,
-without overlap_steps and not in a recorded run, each dense parameter's next values are asked
-for right behind its gradient, part by part on each shard's connection
-(tether-worker --prefetch-with-push): with push_in_backward they come down
-the link while backward goes on and the gradients below still go up. A
-shard answers a connection in order, so they hold this worker's own push
-(each step still reads its own writes), and they are read at the next
-clock, so the bound stays exact. The next pull() (step()'s) takes them
-instead of asking again; it pulls when one was not asked for (a
-parameter without a gradient) or failed.
+With ParameterServer(..., prefetch_with_push=True), a bound s other than
+0, without overlap_steps and not in a recorded run, each dense parameter's
+next values are asked for right behind its gradient, part by part on each
+shard's connection (tether-worker --prefetch-with-push): with
+push_in_backward they come down the link while backward goes on and the
+gradients below still go up. A shard answers a connection in order, so
+they hold this worker's own push (each step still reads its own writes),
+and they are read at the next clock, so the bound stays exact. The next
+pull() (step()'s) takes them instead of asking again; it pulls when one
+was not asked for (a parameter without a gradient) or failed.
 
 With ParameterServer(..., overlap_steps=True) and a bound s other than 0,
 a step overlaps the next one, as tether-worker --overlap-steps does:
@@ -231,6 +231,12 @@ class ParameterServer:
             return self.client._c.push_many([d.name], [_host_view(g)], False)
         if d.cuda:
             self._await_gpu_copies()  # the last copies read d.host
+        untaken = self._early.pop(d.name, None)  # no pull took it
+        if untaken is not None:  # it ends before its buffer is reused
+            try:
+                untaken.result()
+            except Exception:  # noqa: BLE001 -- its values are not used
+                pass
         pushed, fetched = self.client._c.push_and_prefetch(
             d.name, _host_view(g), d.prefetch_buffer())
         self._early[d.name] = fetched
