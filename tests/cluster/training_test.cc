@@ -175,10 +175,12 @@ void ExpectLauncherRunReaches80Percent(
       << flags.str();
 }
 
-// Three epochs, as the plain run's test: after two, the final weights
-// were once 79.8% under TSan though 80% had been measured mid-epoch.
+// Four epochs, as the Python workers' test: the final weights of a run
+// with overlapped steps were once 79.8% after two (under TSan) and once
+// 79.85% after three (the release suite, cores shared with other tests),
+// each time though 80% had been measured mid-run; quiet runs end at 85-86%.
 TEST(Training, LauncherOverlapStepsReachesEveryWorkerAndTheTarget) {
-  ExpectLauncherRunReaches80Percent("--overlap-steps", {"--epochs", "3"},
+  ExpectLauncherRunReaches80Percent("--overlap-steps", {"--epochs", "4"},
                                     {"--model", "mlp"});
 }
 
