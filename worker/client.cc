@@ -60,9 +60,7 @@ class Fanout {
 
 // Starts a request with `start` and waits for its callback.
 Status Wait(int spin_us, const std::function<void(Client::Callback)>& start) {
-  auto answer = std::make_shared<Completion>();
-  start([answer](const Status& s) { answer->Set(s); });
-  return answer->Wait(spin_us);
+  return PendingStatus::Of(start).get(spin_us);
 }
 
 // Buffers a shard on this host writes pull replies into (Pull.landing).
@@ -204,8 +202,8 @@ struct Client::Impl {
   // The clock the last PrefetchAsync was for; Clock() reaching it makes
   // it the read clock.
   std::atomic<int64_t> prefetched_for{-1};
-  // The clock ClockPipelined() left in flight; empty when none.
-  std::shared_ptr<Completion> clock_in_flight;
+  // The clock ClockPipelined() left in flight; not valid() when none.
+  PendingStatus clock_in_flight;
 
   // PullAsync and PrefetchAsync: for `for_clock`, -1 for the clock now.
   void Pull(const std::string& name, std::span<float> out, int64_t for_clock,
@@ -735,16 +733,14 @@ Status Client::Clock() {
 
 Status Client::ClockPipelined() {
   TETHER_RETURN_IF_ERROR(AwaitClock());
-  auto answer = std::make_shared<Completion>();
-  impl_->clock_in_flight = answer;
-  ClockAsync([answer](const Status& s) { answer->Set(s); });
+  impl_->clock_in_flight =
+      PendingStatus::Of([&](Callback cb) { ClockAsync(std::move(cb)); });
   return Status::Ok();
 }
 
 Status Client::AwaitClock() {
-  std::shared_ptr<Completion> answer = std::move(impl_->clock_in_flight);
-  impl_->clock_in_flight.reset();
-  return answer ? answer->Wait(impl_->options.spin_us) : Status::Ok();
+  PendingStatus& answer = impl_->clock_in_flight;
+  return answer.valid() ? answer.get(impl_->options.spin_us) : Status::Ok();
 }
 
 void Client::ReportAsync(const Progress& p, Callback done) {

@@ -50,8 +50,11 @@ class PendingStatus {
 
   // Whether it has a status to wait for (get() not called yet).
   bool valid() const { return done_ != nullptr; }
-  // Waits for the status; valid() is false after.
-  Status get() { return std::exchange(done_, nullptr)->Wait(0); }
+  // Waits for the status, spinning for up to `spin_us` first (see
+  // Completion::Wait); valid() is false after.
+  Status get(int spin_us = 0) {
+    return std::exchange(done_, nullptr)->Wait(spin_us);
+  }
 
  private:
   std::shared_ptr<Completion> done_;

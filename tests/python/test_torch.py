@@ -245,8 +245,8 @@ def test_overlap_steps_compute_on_prefetched_weights_within_the_bound(
     next step computes without its update (a push at most s + 1 stale),
     keeping the same Parameter objects; the shards still apply every
     gradient exactly; a refused push is raised by the step() after it, and
-    under bound 0 prefetch() does nothing and step() pulls behind the
-    clock as without overlap."""
+    under bound 0 or in a recorded run prefetch() does nothing and step()
+    pulls behind the clock as without overlap."""
     torch.set_num_threads(1)
     run = cluster(shards=2, workers=1, flags=[
         "--block-size", "4", "--optimizer", "sgd", "--lr", "0.5",
@@ -300,8 +300,9 @@ def test_overlap_steps_compute_on_prefetched_weights_within_the_bound(
         ps.pull()  # flushes the last step's pushes first
         assert_values(model, shard_values_of(run.coordinator, model))
 
-    # Bound 0: nothing is prefetched; step() waits as without overlap.
-    check_off_under_bound_zero(cluster, x, y, overlap_steps=True)
+    # Bound 0 or a recorded run: nothing is prefetched; step() waits as
+    # without overlap.
+    check_prefetch_off(cluster, x, y, overlap_steps=True)
 
 
 def expect_non_finite_refused(step, name):
@@ -314,25 +315,31 @@ def expect_non_finite_refused(step, name):
         raise AssertionError("the refused push was not raised")
 
 
-def check_off_under_bound_zero(cluster, x, y, **mode):
-    """Under bound 0, ParameterServer(..., **mode) prefetches nothing:
-    step() pulls behind the clock as without `mode`, so the module holds
-    the step's update."""
-    run = cluster(shards=1, workers=1, flags=[
-        "--optimizer", "sgd", "--lr", "0.5"])
-    with tether.Client(run.coordinator, staleness=0, rank=0) as c:
-        torch.manual_seed(4)
-        model = Mlp()
-        initial = values(model)
-        ps = tether.torch.ParameterServer(model, c, timeout=30, **mode)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        ps.prefetch()
-        loss.backward()
-        g = {n: p.grad.clone().numpy() for n, p in model.named_parameters()}
-        assert not ps.prefetching and not ps.prefetch_with_push
-        ps.step()
-        assert_values(model, {n: initial[n] - np.float32(0.5) * g[n]
-                              for n in initial})
+def check_prefetch_off(cluster, x, y, **mode):
+    """Under bound 0, and at bound 1 in a recorded run (whose order of
+    requests must not depend on timing), ParameterServer(..., **mode)
+    prefetches nothing: step() pulls behind the clock as without `mode`,
+    so the module holds the step's update."""
+    for staleness, extra in ((0, []), (1, ["--record"])):
+        run = cluster(shards=1, workers=1, flags=[
+            "--optimizer", "sgd", "--lr", "0.5", "--max-staleness", "1",
+            *extra], data_dir=bool(extra))
+        with tether.Client(run.coordinator, staleness=staleness,
+                           rank=0) as c:
+            assert c.records == bool(extra)
+            torch.manual_seed(4)
+            model = Mlp()
+            initial = values(model)
+            ps = tether.torch.ParameterServer(model, c, timeout=30, **mode)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            ps.prefetch()
+            loss.backward()
+            g = {n: p.grad.clone().numpy()
+                 for n, p in model.named_parameters()}
+            assert not ps.prefetching and not ps.prefetch_with_push, extra
+            ps.step()
+            assert_values(model, {n: initial[n] - np.float32(0.5) * g[n]
+                                  for n in initial})
 
 
 def test_prefetch_with_push_takes_its_own_writes_without_a_pull(cluster):
@@ -342,7 +349,8 @@ def test_prefetch_with_push_takes_its_own_writes_without_a_pull(cluster):
     worker's own update; a parameter without a gradient, or a refused
     push, makes the next pull ask again, and the module still holds what
     the shards hold, as it does after pushes with no pull between them;
-    under bound 0 it is off and step() pulls as usual."""
+    under bound 0 or in a recorded run it is off and step() pulls as
+    usual."""
     torch.set_num_threads(1)
     x = torch.randn(8, 5)
     y = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
@@ -398,8 +406,9 @@ def test_prefetch_with_push_takes_its_own_writes_without_a_pull(cluster):
             assert_values(model, shard_values_of(run.coordinator, model))
             assert c.max_push_staleness <= 1, c.max_push_staleness
 
-    # Bound 0: off; step() pulls behind the clock as without it.
-    check_off_under_bound_zero(cluster, x, y, prefetch_with_push=True)
+    # Bound 0 or a recorded run: off; step() pulls behind the clock as
+    # without it.
+    check_prefetch_off(cluster, x, y, prefetch_with_push=True)
 
 
 def shard_values_of(coordinator, model):

@@ -405,17 +405,16 @@ class PyClient {
           "pull_many/push_many: " + std::to_string(names.size()) + " names, " +
           std::to_string(buffers.size()) + " buffers");
     }
-    const char* verb = op == Dense::kPull       ? "pull '"
-                       : op == Dense::kPrefetch ? "prefetch '"
-                       : op == Dense::kPush     ? "push '"
-                                                : "provide '";
+    const char* verb = op == Dense::kPull       ? "pull"
+                       : op == Dense::kPrefetch ? "prefetch"
+                       : op == Dense::kPush     ? "push"
+                                                : "provide";
     std::vector<Floats> checked;
     checked.reserve(names.size());
     for (size_t i = 0; i < names.size(); ++i) {
-      const Meta& m = Lookup(names[i], false);
       checked.push_back(
-          CheckFloats(buffers[i], op == Dense::kPull || op == Dense::kPrefetch,
-                      verb + names[i] + "'", ShapeText(m.shape), m.size));
+          CheckedDense(names[i], buffers[i],
+                       op == Dense::kPull || op == Dense::kPrefetch, verb));
     }
     auto p = Track(buffers);
     // Counts down the parts; the clock's error wins, then the first.
@@ -472,11 +471,8 @@ class PyClient {
   std::pair<std::shared_ptr<Pending>, std::shared_ptr<Pending>>
   PushAndPrefetchStart(const std::string& name, const py::object& grad,
                        const py::object& out) {
-    const Meta& m = Lookup(name, false);
-    const Floats g = CheckFloats(grad, false, "push '" + name + "'",
-                                 ShapeText(m.shape), m.size);
-    const Floats o = CheckFloats(out, true, "prefetch '" + name + "'",
-                                 ShapeText(m.shape), m.size);
+    const Floats g = CheckedDense(name, grad, false, "push");
+    const Floats o = CheckedDense(name, out, true, "prefetch");
     auto pushed = Track(grad);
     auto fetched = Track(out);
     Client& client = c();
@@ -537,6 +533,15 @@ class PyClient {
     p->keep = buffer;
     inflight_.push_back(p);
     return p;
+  }
+
+  // `buffer` checked to hold dense tensor `name`'s values, for `verb`
+  // ("push", "pull", ...) as the error names it.
+  Floats CheckedDense(const std::string& name, const py::object& buffer,
+                      bool writable, const char* verb) {
+    const Meta& m = Lookup(name, false);
+    return CheckFloats(buffer, writable, std::string(verb) + " '" + name + "'",
+                       ShapeText(m.shape), m.size);
   }
 
   const Meta& Lookup(const std::string& name, bool sparse) {

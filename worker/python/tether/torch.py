@@ -34,8 +34,8 @@ and they are read at the next clock, so the bound stays exact. The next
 pull() (step()'s) takes them instead of asking again; it pulls when one
 was not asked for (a parameter without a gradient) or failed.
 
-With ParameterServer(..., overlap_steps=True) and a bound s other than 0,
-a step overlaps the next one, as tether-worker --overlap-steps does:
+With ParameterServer(..., overlap_steps=True), a bound s other than 0 and
+not in a recorded run, a step overlaps the next one, as tether-worker --overlap-steps does:
 
     loss = F.cross_entropy(model(x), y)
     ps.prefetch()                       # the next step's weights travel
@@ -344,9 +344,12 @@ class ParameterServer:
         with; call it once forward is done (before backward, so that they
         travel while it runs). step() puts them in the module. Does nothing
         without overlap_steps, under bound 0 (they could not be read
-        before every worker clocked), or when one is in flight."""
+        before every worker clocked), in a recorded run (whose order of
+        requests must not depend on timing, as tether-worker's), or when
+        one is in flight."""
         if (not self.overlap_steps or self.client.staleness == 0 or
-                self._prefetching is not None or not self._dense):
+                self.client.records or self._prefetching is not None or
+                not self._dense):
             return
         self._await_gpu_copies()
         self._prefetching = self.client._c.prefetch_many(
