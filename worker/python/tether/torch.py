@@ -35,7 +35,8 @@ pull() (step()'s) takes them instead of asking again; it pulls when one
 was not asked for (a parameter without a gradient) or failed.
 
 With ParameterServer(..., overlap_steps=True), a bound s other than 0 and
-not in a recorded run, a step overlaps the next one, as tether-worker --overlap-steps does:
+not in a recorded run, a step overlaps the next one, as tether-worker
+--overlap-steps does:
 
     loss = F.cross_entropy(model(x), y)
     ps.prefetch()                       # the next step's weights travel
