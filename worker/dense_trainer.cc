@@ -68,12 +68,12 @@ class DenseTrainer {
     // step's pushes and clock are still on their way.
     // Not in a recorded run, whose replay expects each request where the
     // recording has it.
-    pipelined_ =
-        o_.overlap_steps && client_.staleness() != 0 && !client_.records();
+    const bool may_read_ahead = client_.staleness() != 0 && !client_.records();
+    pipelined_ = o_.overlap_steps && may_read_ahead;
     // Not pipelined, each layer's next weights may follow its gradients
     // (PushLayer); with s = 0 they could only be answered after the clock.
-    prefetch_with_push_ = !pipelined_ && o_.prefetch_with_push &&
-                          client_.staleness() != 0 && !client_.records();
+    prefetch_with_push_ =
+        !pipelined_ && o_.prefetch_with_push && may_read_ahead;
     loop.pipelined_clock = pipelined_;
     // The next batch's weights travel right behind this batch's clock,
     // unless they were prefetched during it.

@@ -336,7 +336,8 @@ def check_prefetch_off(cluster, x, y, **mode):
             loss.backward()
             g = {n: p.grad.clone().numpy()
                  for n, p in model.named_parameters()}
-            assert not ps.prefetching and not ps.prefetch_with_push, extra
+            assert not ps.prefetching, extra
+            assert not ps.overlap_steps and not ps.prefetch_with_push, extra
             ps.step()
             assert_values(model, {n: initial[n] - np.float32(0.5) * g[n]
                                   for n in initial})

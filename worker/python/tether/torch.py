@@ -132,15 +132,17 @@ class ParameterServer:
                  prefetch_with_push=False):
         self.model = model
         self.client = client
-        self.overlap_steps = overlap_steps
-        # prefetch_with_push (not with overlap_steps; not under bound 0,
-        # where the next clock's values cannot be read before every worker
-        # clocked; not in a recorded run, whose replay expects each request
-        # where the recording has it): the prefetches sent behind this
-        # clock's pushes, by name, and the clock they are for.
-        self.prefetch_with_push = (prefetch_with_push and not overlap_steps
-                                   and client.staleness != 0 and
-                                   not client.records)
+        # Values may be read ahead of the step that needs them: not under
+        # bound 0, where the next clock's values cannot be read before
+        # every worker clocked; not in a recorded run, whose replay expects
+        # each request where the recording has it.
+        may_read_ahead = client.staleness != 0 and not client.records
+        # Both settings as they take effect.
+        self.overlap_steps = overlap_steps and may_read_ahead
+        # prefetch_with_push (not with overlap_steps): the prefetches sent
+        # behind this clock's pushes, by name, and the clock they are for.
+        self.prefetch_with_push = (prefetch_with_push and may_read_ahead
+                                   and not self.overlap_steps)
         self._early = {}
         self._early_for = -1
         self.wait_seconds = 0.0  # time spent in pull(): waiting for others
@@ -348,8 +350,7 @@ class ParameterServer:
         before every worker clocked), in a recorded run (whose order of
         requests must not depend on timing, as tether-worker's), or when
         one is in flight."""
-        if (not self.overlap_steps or self.client.staleness == 0 or
-                self.client.records or self._prefetching is not None or
+        if (not self.overlap_steps or self._prefetching is not None or
                 not self._dense):
             return
         self._await_gpu_copies()
