@@ -50,6 +50,10 @@ without waiting for the pushes' answers (collected by the next step()).
 The next step then computes without this one's update: under bound s no
 push is staler than s + 1. A refused push is raised by the step() after
 the one that sent it; flush() collects the last ones.
+
+ps.overlap_steps and ps.prefetch_with_push say whether each setting took
+effect: False under bound 0 or in a recorded run, and prefetch_with_push
+False next to overlap_steps.
 """
 
 import sys
