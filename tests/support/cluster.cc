@@ -60,12 +60,22 @@ int64_t ProcStatusKib(pid_t pid, const std::string& field) {
 }
 
 bool CommandLineHas(pid_t pid, const std::vector<std::string>& args) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string path = "/proc/" + std::to_string(pid) + "/cmdline";
+  std::string text;
+  // Empty while the process is between two programs (a worker started as
+  // `env ... python3`, caught as env execs python3): read again then.
+  Eventually(
+      [&] {
+        std::ifstream in(path);
+        std::stringstream read;
+        read << in.rdbuf();
+        text = read.str();
+        return !text.empty();
+      },
+      5000);
   std::string wanted(1, '\0');  // args start after an argument ends
   for (const std::string& a : args) wanted += a + '\0';
-  return text.str().find(wanted) != std::string::npos;
+  return text.find(wanted) != std::string::npos;
 }
 
 Result<int> RunToExit(const std::vector<std::string>& argv, std::string* output,

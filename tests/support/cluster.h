@@ -104,7 +104,8 @@ Result<int64_t> WaitForRoundComplete(Process& shard, int64_t at_least,
 int64_t ProcStatusKib(pid_t pid, const std::string& field);
 
 // Whether process `pid`'s command line holds `args` as consecutive
-// arguments (e.g. {"--wire-dtype", "bf16"}).
+// arguments (e.g. {"--wire-dtype", "bf16"}). A process caught between two
+// programs (exec) has none for a moment: waits up to 5 s for one.
 bool CommandLineHas(pid_t pid, const std::vector<std::string>& args);
 
 // Runs `argv` to completion (at most `timeout_ms`); returns its exit code
