@@ -15,12 +15,26 @@
 //   ...
 //   pool.Release();  // the contexts may run out of work; threads then end
 //   pool.Join();
+//
+// A client's blocking call spins a while for its answer (ClientOptions::
+// spin_us); woken from epoll, its I/O thread would cost a context switch
+// on each side of every small request. A pool made with `assisted` lends
+// its contexts to such waiters (WaitAssist): an I/O thread that finishes a
+// handler while one of the pool's waiters spins (or stopped spinning
+// within kParkUs: its next call is likely near) parks itself, and the
+// waiters run its context -- the reactor included -- on their own threads
+// while they spin, as a raw TCP client polls its socket. A parked thread
+// resumes once no waiter has run its context for kParkUs, or at once when a
+// waiter goes to sleep (SleepingWaiter) or the pool is released: timers,
+// heartbeats and replies nobody waits for are never held longer, and no thread
+// parks while a waiter sleeps.
 #pragma once
 
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -30,8 +44,9 @@ namespace tether {
 class IoPool {
  public:
   // `threads` contexts (at least 1), each kept from running out of work
-  // until Release().
-  explicit IoPool(int threads);
+  // until Release(). `assisted`: waiters may run the contexts (see above);
+  // for pools whose handlers never block (a client's).
+  explicit IoPool(int threads, bool assisted = false);
   // Joins the threads; Release() first, or this waits for ever.
   ~IoPool();
   IoPool(const IoPool&) = delete;
@@ -52,14 +67,69 @@ class IoPool {
   // Waits for the threads started; from a thread not in the pool.
   void Join();
 
+  // A parked thread resumes once no waiter has run its context this long.
+  static constexpr int64_t kParkUs = 500;
+
+  // A context and whether its thread is parked (io_pool.cc).
+  struct Slot;
+  // The pool's spinning waiters and parked threads (io_pool.cc).
+  struct Waiters;
+
  private:
+  friend class WaitAssist;
+
   using Guard =
       boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
+  // Runs `slot`'s context until it is out of work, parking while waiters
+  // spin when the pool is assisted.
+  void Run(Slot& slot);
+
+  const bool assisted_;
+  std::unique_ptr<Waiters> waiters_;
   std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;
+  std::vector<std::unique_ptr<Slot>> slots_;  // one per context
   std::vector<Guard> guards_;
   std::vector<std::thread> threads_;
   std::atomic<size_t> next_{0};
   std::atomic<bool> released_{false};
+};
+
+// A thread that waits for an answer one of `pool`'s connections brings,
+// for as long as it spins: while one lives, the pool's I/O thread that
+// finishes a handler parks, and Poll() runs the parked contexts on this
+// thread. The pool must outlive it.
+//
+//   WaitAssist assist(pool);
+//   while (!done && spinning) {
+//     if (!assist.Poll()) pause();
+//   }
+//   if (!done) { SleepingWaiter sleeping; sleep(); }
+class WaitAssist {
+ public:
+  explicit WaitAssist(IoPool& pool);
+  ~WaitAssist();
+  WaitAssist(const WaitAssist&) = delete;
+  WaitAssist& operator=(const WaitAssist&) = delete;
+
+  // Runs a handler of each parked context that has one ready (their
+  // reactors polled, not waited on) on this thread; true when one ran. Returns
+  // false at once when nothing is parked, or when called from a handler it
+  // runs.
+  bool Poll();
+
+ private:
+  IoPool& pool_;
+};
+
+// A waiter that sleeps (and runs nothing itself) for as long as one lives:
+// every parked thread (of any pool: it may not know which one brings its
+// answer) resumes, and none parks meanwhile. Cheap when none is parked.
+class SleepingWaiter {
+ public:
+  SleepingWaiter();
+  ~SleepingWaiter();
+  SleepingWaiter(const SleepingWaiter&) = delete;
+  SleepingWaiter& operator=(const SleepingWaiter&) = delete;
 };
 
 }  // namespace tether

@@ -58,11 +58,6 @@ class Fanout {
   const Client::Callback done_;
 };
 
-// Starts a request with `start` and waits for its callback.
-Status Wait(int spin_us, const std::function<void(Client::Callback)>& start) {
-  return PendingStatus::Of(start).get(spin_us);
-}
-
 // Buffers a shard on this host writes pull replies into (Pull.landing).
 // The shard writes before it answers, so a buffer whose pull was answered
 // (values or error) is free again; one whose pull ended otherwise (a
@@ -221,6 +216,17 @@ struct Client::Impl {
   client_internal::ShardLinks links;
 };
 
+namespace {
+
+// Starts a request with `start` and waits for its callback, spinning for
+// `c`'s spin_us first.
+Status Wait(Client::Impl& c,
+            const std::function<void(Client::Callback)>& start) {
+  return PendingStatus::Of(start).get(c.options.spin_us, &c.links.io_pool());
+}
+
+}  // namespace
+
 Result<TensorMeta> Client::Impl::Lookup(const std::string& name, bool sparse) {
   MutexLock lock(&tensors_mu);
   auto it = tensors.find(name);
@@ -353,7 +359,7 @@ void Client::DefineTensorAsync(const std::string& name,
 
 Status Client::DefineTensor(const std::string& name,
                             const std::vector<uint64_t>& shape, Init init) {
-  return Wait(impl_->options.spin_us, [&](Callback cb) {
+  return Wait(*impl_, [&](Callback cb) {
     DefineTensorAsync(name, shape, init, std::move(cb));
   });
 }
@@ -364,7 +370,7 @@ void Client::DefineTableAsync(const std::string& name, uint32_t dim, Init init,
 }
 
 Status Client::DefineTable(const std::string& name, uint32_t dim, Init init) {
-  return Wait(impl_->options.spin_us, [&](Callback cb) {
+  return Wait(*impl_, [&](Callback cb) {
     DefineTableAsync(name, dim, init, std::move(cb));
   });
 }
@@ -450,7 +456,7 @@ void Client::Impl::SendPullPart(int shard, uint32_t tensor,
 }
 
 Status Client::Pull(const std::string& name, std::span<float> out) {
-  return Wait(impl_->options.spin_us,
+  return Wait(*impl_,
               [&](Callback cb) { PullAsync(name, out, std::move(cb)); });
 }
 
@@ -487,7 +493,7 @@ void Client::ProvideTensorAsync(const std::string& name,
 
 Status Client::ProvideTensor(const std::string& name,
                              std::span<const float> values) {
-  return Wait(impl_->options.spin_us, [&](Callback cb) {
+  return Wait(*impl_, [&](Callback cb) {
     ProvideTensorAsync(name, values, std::move(cb));
   });
 }
@@ -581,7 +587,7 @@ void Client::Impl::SendDensePart(int shard, uint32_t tensor, int64_t read_clock,
 }
 
 Status Client::Push(const std::string& name, std::span<const float> grad) {
-  return Wait(impl_->options.spin_us,
+  return Wait(*impl_,
               [&](Callback cb) { PushAsync(name, grad, std::move(cb)); });
 }
 
@@ -624,7 +630,7 @@ void Client::PullRowsAsync(const std::string& table,
 
 Status Client::PullRows(const std::string& table,
                         std::span<const uint64_t> keys, std::span<float> out) {
-  return Wait(impl_->options.spin_us, [&](Callback cb) {
+  return Wait(*impl_, [&](Callback cb) {
     PullRowsAsync(table, keys, out, std::move(cb));
   });
 }
@@ -644,7 +650,7 @@ void Client::ProvideRowsAsync(const std::string& table,
 Status Client::ProvideRows(const std::string& table,
                            std::span<const uint64_t> keys,
                            std::span<const float> values) {
-  return Wait(impl_->options.spin_us, [&](Callback cb) {
+  return Wait(*impl_, [&](Callback cb) {
     ProvideRowsAsync(table, keys, values, std::move(cb));
   });
 }
@@ -688,7 +694,7 @@ void Client::PushSparse(const std::string& table,
 Status Client::PushRows(const std::string& table,
                         std::span<const uint64_t> keys,
                         std::span<const float> grads) {
-  return Wait(impl_->options.spin_us, [&](Callback cb) {
+  return Wait(*impl_, [&](Callback cb) {
     PushRowsAsync(table, keys, grads, std::move(cb));
   });
 }
@@ -727,8 +733,7 @@ void Client::ClockAsync(Callback done) {
 
 Status Client::Clock() {
   TETHER_RETURN_IF_ERROR(AwaitClock());
-  return Wait(impl_->options.spin_us,
-              [&](Callback cb) { ClockAsync(std::move(cb)); });
+  return Wait(*impl_, [&](Callback cb) { ClockAsync(std::move(cb)); });
 }
 
 Status Client::ClockPipelined() {
@@ -740,7 +745,9 @@ Status Client::ClockPipelined() {
 
 Status Client::AwaitClock() {
   PendingStatus& answer = impl_->clock_in_flight;
-  return answer.valid() ? answer.get(impl_->options.spin_us) : Status::Ok();
+  return answer.valid()
+             ? answer.get(impl_->options.spin_us, &impl_->links.io_pool())
+             : Status::Ok();
 }
 
 void Client::ReportAsync(const Progress& p, Callback done) {
@@ -776,14 +783,14 @@ void Client::ReportAsync(const Progress& p, Callback done) {
 }
 
 Status Client::Report(const Progress& progress) {
-  return Wait(impl_->options.spin_us,
+  return Wait(*impl_,
               [&](Callback cb) { ReportAsync(progress, std::move(cb)); });
 }
 
 Result<int64_t> Client::CheckpointNow() {
   Impl& c = *impl_;
   auto round = std::make_shared<std::atomic<int64_t>>(-1);
-  Status s = Wait(impl_->options.spin_us, [&](Callback cb) {
+  Status s = Wait(*impl_, [&](Callback cb) {
     uint64_t request = c.links.NextId();
     flatbuffers::FlatBufferBuilder fbb(64);
     c.links.Send(
@@ -818,7 +825,7 @@ Result<Client::DataChunk> Client::NextChunk(uint64_t rows, uint32_t chunk_rows,
   Impl& c = *impl_;
   const int64_t now = clock();
   auto chunk = std::make_shared<DataChunk>();
-  Status s = Wait(impl_->options.spin_us, [&](Callback cb) {
+  Status s = Wait(*impl_, [&](Callback cb) {
     uint64_t request = c.links.NextId();
     flatbuffers::FlatBufferBuilder fbb(64);
     c.links.Send(
@@ -845,7 +852,7 @@ namespace {
 Status AskShare(Client::Impl& c, int64_t clock, int epoch, bool leftover,
                 uint32_t batch,
                 std::function<void(const wire::ShareAnswer&)> read) {
-  return Wait(c.options.spin_us, [&](Client::Callback cb) {
+  return Wait(c, [&](Client::Callback cb) {
     uint64_t request = c.links.NextId();
     flatbuffers::FlatBufferBuilder fbb(64);
     c.links.Send(
@@ -899,7 +906,7 @@ Status Client::Leave(const std::string& reason, bool finished) {
     MutexLock lock(&c.share_mu);
     rest = c.share_rest;
   }
-  return Wait(impl_->options.spin_us, [&](Callback cb) {
+  return Wait(*impl_, [&](Callback cb) {
     uint64_t request = c.links.NextId();
     flatbuffers::FlatBufferBuilder fbb(128);
     c.links.Send(0, request,
@@ -920,7 +927,7 @@ void Client::RequestStop(const std::string& reason) {
 Result<std::vector<ShardStats>> Client::Stats() {
   Impl& c = *impl_;
   auto stats = std::make_shared<std::vector<ShardStats>>(c.links.size());
-  Status s = Wait(impl_->options.spin_us, [&](Callback cb) {
+  Status s = Wait(*impl_, [&](Callback cb) {
     auto fanout = std::make_shared<Fanout>(c.links.size(), std::move(cb));
     for (int i = 0; i < c.links.size(); ++i) {
       uint64_t request = c.links.NextId();

@@ -17,10 +17,12 @@
 // `chunk_bytes`), sent at once, and completes when every part has answered.
 //
 // Each operation has an asynchronous form taking a callback, which runs on
-// one of the client's I/O threads (keep it short; never call a blocking
-// form from it), and a blocking form returning the Status. Buffers passed to an
-// asynchronous call must stay valid until its callback has run; a pushed
-// one also unchanged, since a shard on this host may read it from this
+// one of the client's I/O threads or on a thread blocked in one of this
+// client's blocking calls, which does the I/O threads' work while it spins
+// (keep it short, take no lock held across a blocking call, and never call
+// a blocking form from it), and a blocking form returning the Status. Buffers
+// passed to an asynchronous call must stay valid until its callback has run; a
+// pushed one also unchanged, since a shard on this host may read it from this
 // process's memory until then (ClientOptions::direct_memory). A pulled one
 // is written only when the answer has come (a shard on this host writes
 // into buffers of the client's own, which are then copied).
@@ -120,8 +122,9 @@ struct ClientOptions {
   int io_threads = 2;
   // A blocking call spins this long for its answer before it sleeps: a
   // small request is answered in about the time a sleeping thread takes to
-  // be woken. 0: sleep at once (spare the core when it is needed by other
-  // work).
+  // be woken. While it spins, the I/O threads park and the calling thread
+  // reads the answer itself, as a raw TCP client would. 0: sleep at once
+  // (spare the core when it is needed by other work).
   int spin_us = 50;
   Slicer slicer = DefaultSlicer();
 };

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
+
+#include "schema/io_pool.h"
 
 namespace tether {
 namespace {
@@ -16,6 +19,12 @@ void Futex(std::atomic<int>& word, int op, int value) {
             nullptr, 0);
 }
 
+void Pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 }  // namespace
 
 void Completion::Set(const Status& s) {
@@ -25,23 +34,31 @@ void Completion::Set(const Status& s) {
   }
 }
 
-Status Completion::Wait(int spin_us) {
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
-  while (state_.load(std::memory_order_acquire) != kDone) {
-    if (std::chrono::steady_clock::now() >= until) {
-      int pending = kPending;
-      state_.compare_exchange_strong(pending, kSleeping,
-                                     std::memory_order_acq_rel);
-      // Sleeps while the word still says so; Set changes it first.
-      while (state_.load(std::memory_order_acquire) != kDone) {
-        Futex(state_, FUTEX_WAIT_PRIVATE, kSleeping);
-      }
-      break;
+Status Completion::Wait(int spin_us, IoPool* io) {
+  if (state_.load(std::memory_order_acquire) == kDone) return status_;
+  if (spin_us > 0) {
+    // While it spins, this thread runs the work of `io`'s threads itself
+    // when they park (schema/io_pool.h): the answer is then read here,
+    // with no thread to wake.
+    std::optional<WaitAssist> assist;
+    if (io != nullptr) assist.emplace(*io);
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+    while (state_.load(std::memory_order_acquire) != kDone &&
+           std::chrono::steady_clock::now() < until) {
+      if (!assist || !assist->Poll()) Pause();
     }
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+  }
+  if (state_.load(std::memory_order_acquire) != kDone) {
+    // The I/O threads run their contexts while this sleeps.
+    SleepingWaiter sleeping;
+    int pending = kPending;
+    state_.compare_exchange_strong(pending, kSleeping,
+                                   std::memory_order_acq_rel);
+    // Sleeps while the word still says so; Set changes it first.
+    while (state_.load(std::memory_order_acquire) != kDone) {
+      Futex(state_, FUTEX_WAIT_PRIVATE, kSleeping);
+    }
   }
   return status_;
 }

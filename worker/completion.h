@@ -14,6 +14,8 @@
 
 namespace tether {
 
+class IoPool;
+
 // One status, set once by any thread, waited for by one thread.
 class Completion {
  public:
@@ -21,8 +23,10 @@ class Completion {
   void Set(const Status& s);
   // Returns the status once set: spins for up to `spin_us` first (a small
   // request to a nearby shard is answered in about the time a sleeping
-  // thread takes to wake up), then sleeps.
-  Status Wait(int spin_us);
+  // thread takes to wake up), then sleeps. While it spins it runs the work
+  // of `io`'s parked I/O threads (schema/io_pool.h), the connection that
+  // brings the answer included; null: it only spins.
+  Status Wait(int spin_us, IoPool* io = nullptr);
 
  private:
   static constexpr int kPending = 0;
@@ -50,10 +54,11 @@ class PendingStatus {
 
   // Whether it has a status to wait for (get() not called yet).
   bool valid() const { return done_ != nullptr; }
-  // Waits for the status, spinning for up to `spin_us` first (see
-  // Completion::Wait); valid() is false after.
-  Status get(int spin_us = 0) {
-    return std::exchange(done_, nullptr)->Wait(spin_us);
+  // Waits for the status, spinning for up to `spin_us` first and running
+  // `io`'s parked I/O threads' work meanwhile (see Completion::Wait);
+  // valid() is false after.
+  Status get(int spin_us = 0, IoPool* io = nullptr) {
+    return std::exchange(done_, nullptr)->Wait(spin_us, io);
   }
 
  private:

@@ -206,7 +206,7 @@ ShardLinks::ShardLinks(const ClientOptions& options,
       tls_(std::move(tls)),
       clock_(clock),
       definitions_(std::move(definitions)),
-      io_pool_(options.io_threads),
+      io_pool_(options.io_threads, /*assisted=*/true),
       heartbeat_ms_(options.heartbeat_ms) {
   io_pool_.Start();
 }

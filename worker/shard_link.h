@@ -108,6 +108,10 @@ class ShardLinks {
   // `silence_ms` is dropped and, for workers, lost links are dialled again.
   void Welcomed(int rank, int heartbeat_ms, int silence_ms);
 
+  // The I/O threads, for a blocking call to run while it spins
+  // (Completion::Wait).
+  IoPool& io_pool() { return io_pool_; }
+
   // Links, one per shard, by shard id.
   int size() const { return static_cast<int>(links_.size()); }
   // A fresh request id (never 0, the Hello's).
@@ -214,7 +218,8 @@ class ShardLinks {
   const Definitions definitions_;
 
   // Each link's connection runs on one of the pool's contexts (a thread of
-  // its own per shard, up to options.io_threads).
+  // its own per shard, up to options.io_threads). Assisted: a blocking
+  // call runs them while it spins, and handlers may run on its thread.
   IoPool io_pool_;
   std::vector<std::shared_ptr<Link>> links_;  // fixed once Connect() returns
   std::atomic<uint64_t> next_id_{1};

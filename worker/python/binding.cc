@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "schema/build_info.h"
+#include "schema/io_pool.h"
 #include "schema/shuffle.h"
 #include "worker/client.h"
 #include "worker/dataset.h"
@@ -121,6 +122,7 @@ struct Pending {
   // Waits up to `ms` without the GIL; whether it is done.
   bool WaitFor(int ms) const {
     InClient in_client;
+    SleepingWaiter sleeping;  // the client's I/O threads stay awake
     std::unique_lock lock(signal->mu);
     return signal->cv.wait_for(lock, std::chrono::milliseconds(ms),
                                [&] { return signal->done; });
