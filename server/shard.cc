@@ -813,7 +813,13 @@ void Shard::MaybeCheckpointLocked() {
   // same round at the same clock, each from its own view of the clocks.
   const int64_t round = min_clock / k * k;
   next_round_clock_ = round + k;
-  if (Status s = TakeRoundLocked(round, Checkpointer::IfBusy::kDrop); !s.ok()) {
+  // A round that comes while the previous one is written is dropped (the
+  // next comes soon enough), except in a recorded run: its rounds are where
+  // a replay resumes and what it is compared with, so which of them exist
+  // must not depend on how fast a disk was. It waits its turn instead.
+  const auto if_busy = recorder_ != nullptr ? Checkpointer::IfBusy::kQueue
+                                            : Checkpointer::IfBusy::kDrop;
+  if (Status s = TakeRoundLocked(round, if_busy); !s.ok()) {
     TETHER_LOG(kWarning) << "skipping checkpoint round " << round << ": "
                          << s.message();
   }
