@@ -125,7 +125,7 @@ Result<Frame> ReadDirectPush(int pid, const wire::Push& push,
   uint64_t floats = 0;
   for (const wire::Block* block : blocks) {
     if (block->address() == 0 || block->values() != nullptr ||
-        block->bf16() != nullptr) {
+        block->bf16() != nullptr || block->q8() != nullptr) {
       return InvalidArgument(
           "push names the floats of some blocks by "
           "address but not of block " +

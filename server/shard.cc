@@ -4,12 +4,19 @@
 #include <cmath>
 #include <cstring>
 
-#include "schema/bf16.h"
 #include "schema/log.h"
 #include "schema/stats_frame.h"
+#include "schema/wire_values.h"
 
 namespace tether {
 namespace {
+
+// The dtype a pull asks its answer in.
+WireDtype PullDtype(const wire::Pull& m) {
+  return m.int8()   ? WireDtype::kInt8
+         : m.bf16() ? WireDtype::kBf16
+                    : WireDtype::kF32;
+}
 
 InitSpec ToInitSpec(const wire::InitSpec* spec) {
   InitSpec init;
@@ -322,7 +329,7 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
     clocks_.Wait(
         clock, staleness,
         [this, conn, id = m.request_id(), tensor = m.tensor(),
-         sparse = m.sparse(), bf16 = m.bf16(), blocks = std::move(blocks),
+         sparse = m.sparse(), dtype = PullDtype(m), blocks = std::move(blocks),
          keys = std::move(keys), rank = peer.rank, pid = peer.direct_pid,
          landing = m.landing()] {
           mu_.AssertHeld();  // run by ClocksMovedLocked
@@ -333,7 +340,7 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
               {RecordedEvent::Kind::kPull, rank, clocks_.clock(rank), tensor});
           std::shared_ptr<const Landing> landed;
           OutFrame reply = BuildPullReplyLocked(
-              id, tensor, sparse, bf16, blocks, keys, pid, landing, &landed);
+              id, tensor, sparse, dtype, blocks, keys, pid, landing, &landed);
           bytes_out_ += reply->size();
           released_.push_back({conn, std::move(reply), std::move(landed)});
         });
@@ -342,60 +349,57 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
   record();
   std::shared_ptr<const Landing> landed;
   OutFrame reply =
-      BuildPullReplyLocked(m.request_id(), m.tensor(), m.sparse(), m.bf16(),
+      BuildPullReplyLocked(m.request_id(), m.tensor(), m.sparse(), PullDtype(m),
                            blocks, keys, peer.direct_pid, m.landing(), &landed);
   bytes_out_ += reply->size();
   out.Add(conn, std::move(reply), std::move(landed));
 }
 
 OutFrame Shard::BuildPullReplyLocked(uint64_t request_id, uint32_t tensor,
-                                     bool sparse, bool bf16,
+                                     bool sparse, WireDtype dtype,
                                      const std::vector<uint32_t>& blocks,
                                      const std::vector<uint64_t>& keys, int pid,
                                      uint64_t landing,
                                      std::shared_ptr<const Landing>* landed) {
+  const bool f32 = dtype == WireDtype::kF32;
   if (sparse) {
     auto dim = store_.TableDim(tensor);
     if (!dim.ok()) return MakeErrorFrame(request_id, dim.status());
     size_t n = keys.size() * *dim;
-    auto fbb = MakeBuilder(256 + n * sizeof(float));
+    auto fbb = MakeBuilder(256 + n * WireBytes(dtype));
     float* rows = nullptr;
     flatbuffers::Offset<flatbuffers::Vector<float>> rows_offset;
     std::vector<float>& wide = wire_scratch_;
-    if (bf16) {
+    if (f32) {
+      rows_offset = fbb.CreateUninitializedVector(n, &rows);
+    } else {
       wide.resize(n);
       rows = wide.data();
-    } else {
-      rows_offset = fbb.CreateUninitializedVector(n, &rows);
     }
     Status s = store_.ReadRows(tensor, keys, std::span<float>(rows, n));
     if (!s.ok()) return MakeErrorFrame(request_id, s);
-    flatbuffers::Offset<flatbuffers::Vector<uint16_t>> half_offset;
-    if (bf16) {
-      uint16_t* half = nullptr;
-      half_offset = fbb.CreateUninitializedVector(n, &half);
-      ToBf16(std::span<const float>(rows, n), half);
-    }
+    const NarrowedValues narrow = AddNarrowed(
+        fbb, f32 ? std::span<const float>() : std::span<const float>(rows, n),
+        dtype);
     wire::PullReplyBuilder b(fbb);
     b.add_request_id(request_id);
-    if (bf16) {
-      b.add_rows_bf16(half_offset);
-    } else {
-      b.add_rows(rows_offset);
-    }
+    b.add_rows(rows_offset);
+    b.add_rows_bf16(narrow.bf16);
+    b.add_rows_q8(narrow.q8);
+    b.add_rows_q8_scale(narrow.q8_scale);
     b.add_min_clock(clocks_.min_clock());
     return FinishFrame(fbb, b.Finish());
   }
   // Only the metadata is built here; the weights go out straight from the
   // store, kept unchanged by ShareBlock until the reply has been written.
-  // As bfloat16 they are converted into the frame.
+  // Narrowed (bfloat16, int8) they are converted into the frame.
   auto fbb = MakeBuilder(
-      1024 + blocks.size() * (settings_.block_size * (bf16 ? 2 : 4) + 32));
+      1024 + blocks.size() * (settings_.block_size * WireBytes(dtype) + 32));
   FrameSplicer splicer(fbb);
   std::vector<flatbuffers::Offset<wire::Block>> out;
   out.reserve(blocks.size());
   std::shared_ptr<Landing> lands;
-  if (landing != 0 && pid > 0 && !bf16 && landed != nullptr) {
+  if (landing != 0 && pid > 0 && f32 && landed != nullptr) {
     lands = std::make_shared<Landing>();
     lands->pid = pid;
     lands->request_id = request_id;
@@ -411,12 +415,10 @@ OutFrame Shard::BuildPullReplyLocked(uint64_t request_id, uint32_t tensor,
       out.push_back(wire::CreateBlock(fbb, index, 0, 0, 0, count, true));
       continue;
     }
-    if (bf16) {
-      uint16_t* half = nullptr;
-      auto half_offset =
-          fbb.CreateUninitializedVector(shared->values.size(), &half);
-      ToBf16(shared->values, half);
-      out.push_back(wire::CreateBlock(fbb, index, 0, half_offset));
+    if (!f32) {
+      const NarrowedValues narrow = AddNarrowed(fbb, shared->values, dtype);
+      out.push_back(wire::CreateBlock(fbb, index, 0, narrow.bf16, 0, 0, false,
+                                      narrow.q8, narrow.q8_scale));
       continue;
     }
     auto values = splicer.AddFloats(shared->values, std::move(shared->owner));
@@ -528,24 +530,32 @@ Status Shard::CheckSparsePush(const wire::Push& m) {
 
 namespace {
 
-// Whether a push carries bfloat16 values (a client with wire dtype bf16).
-bool CarriesBf16(const wire::Push& m) {
-  if (m.rows_bf16() != nullptr) return true;
+// A block's narrowed values (bfloat16 or int8), if it carries any.
+NarrowedView Narrowed(const wire::Block& block) {
+  return {block.bf16(), block.q8(), block.q8_scale()};
+}
+
+// Whether a push carries narrowed values (a client with wire dtype bf16 or
+// int8).
+bool CarriesNarrowed(const wire::Push& m) {
+  if (m.rows_bf16() != nullptr || m.rows_q8() != nullptr) return true;
   if (m.blocks() == nullptr) return false;
   for (const wire::Block* block : *m.blocks()) {
-    if (block->bf16() != nullptr) return true;
+    if (Narrowed(*block).present()) return true;
   }
   return false;
 }
 
-// The same push with its bfloat16 values widened to f32 (a block or rows
+// The same push with its narrowed values widened to f32 (a block or rows
 // that carry both keep their f32 values), as a finished buffer whose root
-// is the Push.
-flatbuffers::DetachedBuffer WidenPush(const wire::Push& m) {
-  size_t floats = m.rows_bf16() ? m.rows_bf16()->size() : 0;
+// is the Push. kInvalidArgument for int8 values without their scales.
+Result<flatbuffers::DetachedBuffer> WidenPush(const wire::Push& m) {
+  const NarrowedView rows_narrowed{m.rows_bf16(), m.rows_q8(),
+                                   m.rows_q8_scale()};
+  size_t floats = rows_narrowed.size();
   if (m.blocks() != nullptr) {
     for (const wire::Block* block : *m.blocks()) {
-      floats += block->bf16() ? block->bf16()->size() : 0;
+      floats += Narrowed(*block).size();
     }
   }
   // Room for the widened values, so that the builder never grows, drawn
@@ -555,16 +565,17 @@ flatbuffers::DetachedBuffer WidenPush(const wire::Push& m) {
                   (m.blocks() ? m.blocks()->size() * 32 : 0) +
                   (m.keys() ? m.keys()->size() * 8 : 0) +
                   (m.rows() ? m.rows()->size() * sizeof(float) : 0));
+  using Floats = flatbuffers::Offset<flatbuffers::Vector<float>>;
   auto widen = [&fbb](const flatbuffers::Vector<float>* values,
-                      const flatbuffers::Vector<uint16_t>* half) {
-    if (values != nullptr || half == nullptr) {
-      return values == nullptr
-                 ? flatbuffers::Offset<flatbuffers::Vector<float>>()
-                 : fbb.CreateVector(values->data(), values->size());
+                      const NarrowedView& narrow,
+                      const std::string& what) -> Result<Floats> {
+    if (values != nullptr) {
+      return fbb.CreateVector(values->data(), values->size());
     }
+    if (!narrow.present()) return Floats();
     float* wide = nullptr;
-    auto offset = fbb.CreateUninitializedVector(half->size(), &wide);
-    FromBf16({half->data(), half->size()}, wide);
+    auto offset = fbb.CreateUninitializedVector(narrow.size(), &wide);
+    TETHER_RETURN_IF_ERROR(Widen(narrow, wide, what));
     return offset;
   };
   flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Block>>>
@@ -573,15 +584,18 @@ flatbuffers::DetachedBuffer WidenPush(const wire::Push& m) {
     std::vector<flatbuffers::Offset<wire::Block>> out;
     out.reserve(m.blocks()->size());
     for (const wire::Block* block : *m.blocks()) {
-      out.push_back(wire::CreateBlock(fbb, block->index(),
-                                      widen(block->values(), block->bf16())));
+      TETHER_ASSIGN_OR_RETURN(
+          Floats values, widen(block->values(), Narrowed(*block),
+                               "push block " + std::to_string(block->index())));
+      out.push_back(wire::CreateBlock(fbb, block->index(), values));
     }
     blocks = fbb.CreateVector(out);
   }
   auto keys = m.keys() == nullptr
                   ? flatbuffers::Offset<flatbuffers::Vector<uint64_t>>()
                   : fbb.CreateVector(m.keys()->data(), m.keys()->size());
-  auto rows = widen(m.rows(), m.rows_bf16());
+  TETHER_ASSIGN_OR_RETURN(Floats rows,
+                          widen(m.rows(), rows_narrowed, "sparse push"));
   fbb.Finish(wire::CreatePush(fbb, m.request_id(), m.tensor(), m.read_clock(),
                               blocks, keys, rows, m.sparse(), m.provide()));
   return fbb.Release();
@@ -591,11 +605,14 @@ flatbuffers::DetachedBuffer WidenPush(const wire::Push& m) {
 
 void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
                    Connection& conn) {
-  if (CarriesBf16(m)) {
+  if (CarriesNarrowed(m)) {
     // Widened on arrival: everything past here (checks, the optimizer, a
     // recording's digest) sees f32 values.
-    const flatbuffers::DetachedBuffer wide = WidenPush(m);
-    return OnPush(peer, *flatbuffers::GetRoot<wire::Push>(wide.data()), conn);
+    Result<flatbuffers::DetachedBuffer> wide = WidenPush(m);
+    if (!wide.ok()) {
+      return conn.Send(MakeErrorFrame(m.request_id(), wide.status()));
+    }
+    return OnPush(peer, *flatbuffers::GetRoot<wire::Push>(wide->data()), conn);
   }
   // The digest of its values is taken before the lock.
   std::optional<RecordedEvent> recorded;

@@ -25,6 +25,7 @@
 #include "schema/frame.h"
 #include "schema/mutex.h"
 #include "schema/stats.h"
+#include "schema/wire_dtype.h"
 #include "server/apply_pool.h"
 #include "server/checkpoint.h"
 #include "server/checkpointer.h"
@@ -210,13 +211,13 @@ class Shard {
   void OnReport(const PeerInfo& peer, const wire::WorkerReport& m,
                 Connection& conn) TETHER_EXCLUDES(mu_);
 
-  // Builds the reply to a pull (values as bfloat16 with `bf16`); an Error
+  // Builds the reply to a pull (values as `dtype` says); an Error
   // frame when it cannot be answered. A dense f32 pull with a `landing` in
   // the memory of worker process `pid` (PeerInfo::direct_pid) gets a reply
   // of landed blocks, and *landed says what to write there before it is
   // sent (WriteLanding, with no lock held).
   OutFrame BuildPullReplyLocked(
-      uint64_t request_id, uint32_t tensor, bool sparse, bool bf16,
+      uint64_t request_id, uint32_t tensor, bool sparse, WireDtype dtype,
       const std::vector<uint32_t>& blocks, const std::vector<uint64_t>& keys,
       int pid = 0, uint64_t landing = 0,
       std::shared_ptr<const Landing>* landed = nullptr) TETHER_REQUIRES(mu_);

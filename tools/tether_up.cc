@@ -27,6 +27,7 @@
 #include "schema/log.h"
 #include "schema/provenance.h"
 #include "schema/tls.h"
+#include "schema/wire_values.h"
 #include "server/checkpoint_codec.h"
 #include "server/settings_fields.h"
 #include "tools/process.h"
@@ -865,8 +866,9 @@ void BindFlags(FlagParser& p, UpOptions& o) {
            "how many workers (the first ranks) compute on the GPU "
            "(--device cuda)");
   p.AddString("wire-dtype", &o.wire_dtype,
-              "f32, or bf16: workers push gradients and pull weights as "
-              "bfloat16 (half the bytes; the shards keep f32)");
+              "f32, bf16 or int8: workers push gradients and pull weights "
+              "as bfloat16 (half the bytes) or int8 (about a quarter); the "
+              "shards keep f32");
   p.AddBool("overlap-steps", &o.overlap_steps,
             "workers overlap steps (tether-worker and python3 -m "
             "tether.worker --overlap-steps; with --staleness other than 0)");
@@ -1212,9 +1214,9 @@ int Main(int argc, char** argv) {
                  "--workers\n";
     return 2;
   }
-  if (o.wire_dtype != "f32" && o.wire_dtype != "bf16") {
-    std::cerr << "tether-up: --wire-dtype " << o.wire_dtype
-              << ": f32 or bf16\n";
+  if (auto dtype = tether::ParseWireDtype(o.wire_dtype, "--wire-dtype");
+      !dtype.ok()) {
+    std::cerr << "tether-up: " << dtype.status().message() << "\n";
     return 2;
   }
   if (o.chunk_rows < -1) {

@@ -146,8 +146,8 @@ struct Client::Impl {
     return Defined(tensors.begin(), tensors.end());
   }
 
-  // Whether values travel as bfloat16 (ClientOptions::wire_dtype).
-  bool bf16() const { return options.wire_dtype == WireDtype::kBf16; }
+  // How values travel (ClientOptions::wire_dtype).
+  WireDtype dtype() const { return options.wire_dtype; }
 
   // Sends the part of a dense push (or provide) of `grad` to `shard` that
   // holds `blocks`; its answer finishes `fanout`. `direct`: the floats are
@@ -174,7 +174,7 @@ struct Client::Impl {
   // from it land in this process's memory: its last answer to a push said
   // so (PushAck.direct).
   bool DirectTo(int shard) const {
-    return options.direct_memory && !bf16() && direct_to &&
+    return options.direct_memory && dtype() == WireDtype::kF32 && direct_to &&
            direct_to[shard].load(std::memory_order_relaxed);
   }
   // `shard` refused a push or pull by memory (kProtocol, `why`): said once
@@ -415,7 +415,7 @@ void Client::Impl::SendPullPart(int shard, uint32_t tensor,
   }
   uint64_t request = links.NextId();
   OutFrame frame = PullBlocksFrame(
-      request, tensor, blocks, bf16(), for_clock,
+      request, tensor, blocks, dtype(), for_clock,
       landing ? reinterpret_cast<uintptr_t>(landing->data()) : 0);
   if (!landing) blocks.clear();  // kept only to ask again
   // A link that is down fails the request at once, on this thread, before
@@ -556,7 +556,7 @@ void Client::Impl::SendDensePart(int shard, uint32_t tensor, int64_t read_clock,
                                  std::atomic<int64_t>* max_staleness) {
   uint64_t request = links.NextId();
   OutFrame frame = PushBlocksFrame(request, tensor, read_clock, provide, blocks,
-                                   welcome.block_size, grad, bf16(), direct);
+                                   welcome.block_size, grad, dtype(), direct);
   if (!direct) blocks.clear();  // kept only to send again
   links.Send(
       shard, request, std::move(frame),
@@ -613,7 +613,7 @@ void Client::PullRowsAsync(const std::string& table,
   auto fanout = std::make_shared<Fanout>(parts->size(), std::move(done));
   for (KeyPart& part : *parts) {
     uint64_t request = c.links.NextId();
-    OutFrame frame = PullRowsFrame(request, meta->id, part, c.bf16());
+    OutFrame frame = PullRowsFrame(request, meta->id, part, c.dtype());
     c.links.Send(part.shard, request, std::move(frame),
                  [fanout, out, dim, positions = std::move(part.positions)](
                      const wire::Message* m, const Status& e) {
@@ -679,7 +679,7 @@ void Client::PushSparse(const std::string& table,
   for (KeyPart& part : *parts) {
     uint64_t request = c.links.NextId();
     OutFrame frame = PushRowsFrame(request, meta->id, read_clock, provide, part,
-                                   dim, grads, c.bf16());
+                                   dim, grads, c.dtype());
     c.links.Send(
         part.shard, request, std::move(frame),
         [fanout](const wire::Message* m, const Status& e) {

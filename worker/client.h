@@ -44,14 +44,12 @@
 #include "schema/stats.h"
 #include "schema/status.h"
 #include "schema/tls_options.h"
+#include "schema/wire_dtype.h"
 #include "worker/slicer.h"
 
 namespace tether {
 
 enum class InitKind { kZeros, kUniform, kNormal, kConstant, kProvided };
-
-// How values travel between a client and the shards (ClientOptions).
-enum class WireDtype { kF32, kBf16 };
 
 // How a tensor's or table's values start: kUniform in [-scale, scale),
 // kNormal with standard deviation `scale`, kConstant equal to `scale`.
@@ -89,9 +87,11 @@ struct ClientOptions {
   size_t max_frame_bytes = size_t{64} << 20;
   size_t chunk_bytes = size_t{4} << 20;  // payload per request frame
   // Values on the wire: kF32 exact; kBf16 sends gradients and receives
-  // weights as bfloat16 (half the bytes; rounded to nearest even), while
-  // the shards keep f32 weights and optimizer state. Initial values a
-  // worker provides always travel as f32.
+  // weights as bfloat16 (half the bytes; rounded to nearest even); kInt8
+  // as one byte a value and a float scale per 256 (about a quarter of the
+  // bytes; gradients rounded stochastically, weights to nearest). The
+  // shards keep f32 weights and optimizer state either way, and initial
+  // values a worker provides always travel as f32 (schema/wire_dtype.h).
   WireDtype wire_dtype = WireDtype::kF32;
   // A worker on a shard's host offers that shard its process id: once the
   // shard has checked that this process holds the other end of the

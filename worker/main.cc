@@ -70,9 +70,10 @@ int main(int argc, char** argv) {
            "how long to keep dialling a shard that refuses, or whose host "
            "name does not resolve yet (a pod not yet scheduled)");
   p.AddString("wire-dtype", &o.wire_dtype,
-              "f32, or bf16: push gradients and pull weights as bfloat16 "
-              "(half the bytes; the shards keep f32 weights and optimizer "
-              "state)");
+              "f32, bf16 or int8: push gradients and pull weights as "
+              "bfloat16 (half the bytes) or as int8 with a scale per 256 "
+              "values (about a quarter; gradients rounded stochastically); "
+              "the shards keep f32 weights and optimizer state");
   p.AddBool("direct-memory", &o.direct_memory,
             "a shard on this host reads f32 gradients from this process's "
             "memory and writes pulled weights into it (process_vm_readv, "

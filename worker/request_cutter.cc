@@ -4,7 +4,8 @@
 #include <cstring>
 #include <string>
 
-#include "schema/bf16.h"
+#include "schema/int8.h"
+#include "schema/wire_values.h"
 
 namespace tether::client_internal {
 
@@ -68,7 +69,7 @@ Result<std::vector<KeyPart>> CutKeys(const Slicer& slicer, uint32_t table,
 }
 
 OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
-                         const std::vector<uint32_t>& blocks, bool bf16,
+                         const std::vector<uint32_t>& blocks, WireDtype dtype,
                          int64_t for_clock, uint64_t landing) {
   flatbuffers::FlatBufferBuilder fbb(64 + blocks.size() * 4);
   auto blocks_offset = fbb.CreateVector(blocks);
@@ -76,32 +77,35 @@ OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
   pb.add_request_id(request);
   pb.add_tensor(tensor);
   pb.add_blocks(blocks_offset);
-  pb.add_bf16(bf16);
+  pb.add_bf16(dtype == WireDtype::kBf16);
+  pb.add_int8(dtype == WireDtype::kInt8);
   pb.add_clock(for_clock);
-  if (!bf16) pb.add_landing(landing);
+  if (dtype == WireDtype::kF32) pb.add_landing(landing);
   return FinishFrame(fbb, pb.Finish());
 }
 
 OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
                          bool provide, const std::vector<uint32_t>& blocks,
                          uint32_t block_size, std::span<const float> values,
-                         bool bf16, bool direct) {
+                         WireDtype dtype, bool direct) {
   const uint32_t bs = block_size;
-  bf16 = bf16 && !provide;  // initial values travel exact
-  direct = direct && !bf16;
+  if (provide) dtype = WireDtype::kF32;  // initial values travel exact
+  direct = direct && dtype == WireDtype::kF32;
   auto fbb = MakeBuilder(256 + blocks.size() *
-                                   ((direct ? 0 : bs * (bf16 ? 2 : 4)) + 48));
+                                   ((direct ? 0 : bs * WireBytes(dtype)) + 48));
   FrameSplicer splicer(fbb);
   std::vector<flatbuffers::Offset<wire::Block>> out;
   out.reserve(blocks.size());
   for (uint32_t b : blocks) {
     uint64_t first = uint64_t{b} * bs;
     uint64_t n = std::min<uint64_t>(bs, values.size() - first);
-    if (bf16) {
-      uint16_t* half = nullptr;
-      auto half_offset = fbb.CreateUninitializedVector(n, &half);
-      ToBf16(values.subspan(first, n), half);
-      out.push_back(wire::CreateBlock(fbb, b, 0, half_offset));
+    if (dtype != WireDtype::kF32) {
+      const uint32_t seed = Int8Seed(tensor, (uint64_t{b} << 32) ^ request,
+                                     static_cast<uint64_t>(read_clock));
+      const NarrowedValues narrow =
+          AddNarrowed(fbb, values.subspan(first, n), dtype, &seed);
+      out.push_back(wire::CreateBlock(fbb, b, 0, narrow.bf16, 0, 0, false,
+                                      narrow.q8, narrow.q8_scale));
       continue;
     }
     if (direct) {
@@ -124,7 +128,7 @@ OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
 }
 
 OutFrame PullRowsFrame(uint64_t request, uint32_t table, const KeyPart& part,
-                       bool bf16) {
+                       WireDtype dtype) {
   flatbuffers::FlatBufferBuilder fbb(64 + part.keys.size() * 8);
   auto keys_offset = fbb.CreateVector(part.keys);
   wire::PullBuilder pb(fbb);
@@ -132,43 +136,46 @@ OutFrame PullRowsFrame(uint64_t request, uint32_t table, const KeyPart& part,
   pb.add_tensor(table);
   pb.add_keys(keys_offset);
   pb.add_sparse(true);
-  pb.add_bf16(bf16);
+  pb.add_bf16(dtype == WireDtype::kBf16);
+  pb.add_int8(dtype == WireDtype::kInt8);
   return FinishFrame(fbb, pb.Finish());
 }
 
 OutFrame PushRowsFrame(uint64_t request, uint32_t table, int64_t read_clock,
                        bool provide, const KeyPart& part, uint64_t dim,
-                       std::span<const float> values, bool bf16) {
+                       std::span<const float> values, WireDtype dtype) {
   size_t n = part.keys.size() * dim;
-  bf16 = bf16 && !provide;  // initial values travel exact
-  auto fbb = MakeBuilder(256 + part.keys.size() * 8 + n * 4);
+  if (provide) dtype = WireDtype::kF32;  // initial values travel exact
+  auto fbb = MakeBuilder(256 + part.keys.size() * 8 + n * WireBytes(dtype));
   auto keys_offset = fbb.CreateVector(part.keys);
+  // The rows one after another, in the frame as f32 or else gathered to be
+  // narrowed.
+  std::vector<float> gathered;
+  float* rows = nullptr;
   flatbuffers::Offset<flatbuffers::Vector<float>> rows_offset;
-  flatbuffers::Offset<flatbuffers::Vector<uint16_t>> half_offset;
-  if (bf16) {
-    uint16_t* half = nullptr;
-    half_offset = fbb.CreateUninitializedVector(n, &half);
-    for (size_t i = 0; i < part.positions.size(); ++i) {
-      ToBf16(values.subspan(part.positions[i] * dim, dim), half + i * dim);
-    }
-  } else {
-    float* rows = nullptr;
+  if (dtype == WireDtype::kF32) {
     rows_offset = fbb.CreateUninitializedVector(n, &rows);
-    for (size_t i = 0; i < part.positions.size(); ++i) {
-      std::memcpy(rows + i * dim, values.data() + part.positions[i] * dim,
-                  dim * sizeof(float));
-    }
+  } else {
+    gathered.resize(n);
+    rows = gathered.data();
   }
+  for (size_t i = 0; i < part.positions.size(); ++i) {
+    std::memcpy(rows + i * dim, values.data() + part.positions[i] * dim,
+                dim * sizeof(float));
+  }
+  const uint32_t seed =
+      Int8Seed(table, part.keys.empty() ? 0 : part.keys.front() ^ request,
+               static_cast<uint64_t>(read_clock));
+  const NarrowedValues narrow = AddNarrowed(fbb, gathered, dtype, &seed);
   wire::PushBuilder pb(fbb);
   pb.add_request_id(request);
   pb.add_tensor(table);
   pb.add_read_clock(read_clock);
   pb.add_keys(keys_offset);
-  if (bf16) {
-    pb.add_rows_bf16(half_offset);
-  } else {
-    pb.add_rows(rows_offset);
-  }
+  pb.add_rows(rows_offset);
+  pb.add_rows_bf16(narrow.bf16);
+  pb.add_rows_q8(narrow.q8);
+  pb.add_rows_q8_scale(narrow.q8_scale);
   pb.add_sparse(true);
   pb.add_provide(provide);
   return FinishFrame(fbb, pb.Finish());
@@ -184,11 +191,10 @@ Status CopyPulledBlocks(const wire::PullReply& reply, uint32_t block_size,
   size_t landed = 0;  // floats of `landing` taken
   for (const wire::Block* block : *reply.blocks()) {
     uint64_t first = uint64_t{block->index()} * bs;
-    const auto* half = block->bf16();
+    const NarrowedView narrow{block->bf16(), block->q8(), block->q8_scale()};
     uint64_t n = block->landed()   ? block->count()
                  : block->values() ? block->values()->size()
-                 : half            ? half->size()
-                                   : 0;
+                                   : narrow.size();
     if (first >= size || n != std::min<uint64_t>(bs, size - first)) {
       return ProtocolError("pull reply block " +
                            std::to_string(block->index()) +
@@ -207,7 +213,9 @@ Status CopyPulledBlocks(const wire::PullReply& reply, uint32_t block_size,
       std::memcpy(out.data() + first, block->values()->data(),
                   n * sizeof(float));
     } else {
-      FromBf16({half->data(), half->size()}, out.data() + first);
+      Status s = Widen(narrow, out.data() + first,
+                       "pull reply block " + std::to_string(block->index()));
+      if (!s.ok()) return ProtocolError(s.message());
     }
   }
   return Status::Ok();
@@ -216,20 +224,25 @@ Status CopyPulledBlocks(const wire::PullReply& reply, uint32_t block_size,
 Status CopyPulledRows(const wire::PullReply& reply,
                       std::span<const size_t> positions, uint64_t dim,
                       std::span<float> out) {
-  const auto* half = reply.rows_bf16();
-  const size_t got = reply.rows() ? reply.rows()->size()
-                     : half       ? half->size()
-                                  : SIZE_MAX;
+  const NarrowedView narrow{reply.rows_bf16(), reply.rows_q8(),
+                            reply.rows_q8_scale()};
+  const size_t got = reply.rows()       ? reply.rows()->size()
+                     : narrow.present() ? narrow.size()
+                                        : SIZE_MAX;
   if (got != positions.size() * dim) {
     return ProtocolError("row pull answered with the wrong rows");
   }
+  const float* rows = reply.rows() != nullptr ? reply.rows()->data() : nullptr;
+  std::vector<float> wide;
+  if (rows == nullptr) {
+    wide.resize(got);
+    Status s = Widen(narrow, wide.data(), "row pull reply");
+    if (!s.ok()) return ProtocolError(s.message());
+    rows = wide.data();
+  }
   for (size_t i = 0; i < positions.size(); ++i) {
-    float* to = out.data() + positions[i] * dim;
-    if (reply.rows() != nullptr) {
-      std::memcpy(to, reply.rows()->data() + i * dim, dim * sizeof(float));
-    } else {
-      FromBf16({half->data() + i * dim, dim}, to);
-    }
+    std::memcpy(out.data() + positions[i] * dim, rows + i * dim,
+                dim * sizeof(float));
   }
   return Status::Ok();
 }

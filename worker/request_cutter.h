@@ -14,6 +14,7 @@
 
 #include "schema/frame.h"
 #include "schema/status.h"
+#include "schema/wire_dtype.h"
 #include "worker/slicer.h"
 
 namespace tether::client_internal {
@@ -52,19 +53,21 @@ Result<std::vector<KeyPart>> CutKeys(const Slicer& slicer, uint32_t table,
                                      size_t chunk_bytes);
 
 // Request `request`: the values of `blocks` of dense tensor `tensor`, as
-// bfloat16 with `bf16`; for clock `for_clock` (a prefetch, see
+// `dtype` says; for clock `for_clock` (a prefetch, see
 // Client::PrefetchAsync), or -1 for the worker's clock now. A `landing`
 // (f32 only) asks a shard on this host to write them at that address in
 // this process instead (Pull.landing).
 OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
-                         const std::vector<uint32_t>& blocks, bool bf16 = false,
+                         const std::vector<uint32_t>& blocks,
+                         WireDtype dtype = WireDtype::kF32,
                          int64_t for_clock = -1, uint64_t landing = 0);
 
 // Request `request`: `values` (the whole tensor, `block_size` floats a
 // block, the last one shorter) of `blocks`, as a gradient or, with
 // `provide`, as initial values. The floats are spliced in, not copied:
-// `values` must stay valid until the frame is sent. With `bf16` a gradient
-// goes as bfloat16 (converted into the frame); initial values never do.
+// `values` must stay valid until the frame is sent. A gradient goes as
+// `dtype` says (bf16 or int8 converted into the frame, int8 rounded
+// stochastically); initial values always as f32.
 // With `direct` (f32 only) each block names where its floats lie in this
 // process instead (Block.address and count): the shard reads them from
 // here, so `values` must stay valid and unchanged until the push is
@@ -72,33 +75,36 @@ OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
 OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
                          bool provide, const std::vector<uint32_t>& blocks,
                          uint32_t block_size, std::span<const float> values,
-                         bool bf16 = false, bool direct = false);
+                         WireDtype dtype = WireDtype::kF32,
+                         bool direct = false);
 
 // Request `request`: the rows of `part.keys` of sparse table `table`, as
-// bfloat16 with `bf16`.
+// `dtype` says.
 OutFrame PullRowsFrame(uint64_t request, uint32_t table, const KeyPart& part,
-                       bool bf16 = false);
+                       WireDtype dtype = WireDtype::kF32);
 
 // Request `request`: the rows of `part.keys`, copied from `values` (the
 // whole request, `dim` floats a row, at `part.positions`); a gradient as
-// bfloat16 with `bf16`, initial values never.
+// `dtype` says, initial values always as f32.
 OutFrame PushRowsFrame(uint64_t request, uint32_t table, int64_t read_clock,
                        bool provide, const KeyPart& part, uint64_t dim,
-                       std::span<const float> values, bool bf16 = false);
+                       std::span<const float> values,
+                       WireDtype dtype = WireDtype::kF32);
 
-// Copies the blocks of a pull reply into `out` (the whole tensor), f32 or
-// bfloat16 (widened); a landed block (Block.landed) from `landing`, where
+// Copies the blocks of a pull reply into `out` (the whole tensor), f32, or
+// bfloat16 or int8 widened; a landed block (Block.landed) from `landing`, where
 // the shard wrote the landed blocks one after another.
 // kProtocolError if the reply holds no blocks or a block that does not fit
-// the tensor (outside it, or of the wrong length) or the landing; `out`
-// may then be partly written.
+// the tensor (outside it, or of the wrong length) or the landing, or int8
+// values without their scales; `out` may then be partly written.
 Status CopyPulledBlocks(const wire::PullReply& reply, uint32_t block_size,
                         std::span<float> out,
                         std::span<const float> landing = {});
 
 // Copies the rows of a row pull reply into `out` (the whole request):
 // row i goes to position positions[i]. kProtocolError unless the reply
-// holds exactly positions.size() rows of `dim` floats.
+// holds exactly positions.size() rows of `dim` values (int8 with their
+// scales).
 Status CopyPulledRows(const wire::PullReply& reply,
                       std::span<const size_t> positions, uint64_t dim,
                       std::span<float> out);

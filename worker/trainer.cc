@@ -10,6 +10,7 @@
 
 #include "schema/log.h"
 #include "schema/tls.h"
+#include "schema/wire_values.h"
 #include "worker/client.h"
 #include "worker/dataset.h"
 #include "worker/dense_trainer.h"
@@ -70,7 +71,9 @@ ClientOptions ClientOptionsFor(const TrainerOptions& o) {
   co.auth_key_file = o.auth_key_file;
   co.tls = o.tls;
   co.connect_timeout_ms = o.connect_timeout_ms;
-  co.wire_dtype = o.wire_dtype == "bf16" ? WireDtype::kBf16 : WireDtype::kF32;
+  // Checked by CheckTrainerOptions.
+  const Result<WireDtype> dtype = ParseWireDtype(o.wire_dtype, "--wire-dtype");
+  co.wire_dtype = dtype.ok() ? *dtype : WireDtype::kF32;
   co.direct_memory = o.direct_memory;
   co.rank = o.rank;
   co.staleness = o.staleness;
@@ -216,10 +219,7 @@ Status CheckTrainerOptions(const TrainerOptions& o) {
     return InvalidArgument("--connect-timeout-ms: must be >= 0");
   }
   TETHER_RETURN_IF_ERROR(CheckTlsOptions(o.tls));
-  if (o.wire_dtype != "f32" && o.wire_dtype != "bf16") {
-    return InvalidArgument("--wire-dtype: f32 or bf16, not '" + o.wire_dtype +
-                           "'");
-  }
+  TETHER_RETURN_IF_ERROR(ParseWireDtype(o.wire_dtype, "--wire-dtype").status());
   if (o.batch < 1) return InvalidArgument("--batch: must be at least 1");
   if (o.epochs < 1) return InvalidArgument("--epochs: must be at least 1");
   if (o.threads < 1) return InvalidArgument("--threads: must be at least 1");
@@ -268,6 +268,7 @@ std::string DescribeTrainerOptions(const TrainerOptions& o) {
   line += ", " + std::to_string(o.epochs) + " epoch(s)";
   if (o.slowdown > 1) line += ", slowed " + NumberText(o.slowdown) + "x";
   if (o.wire_dtype == "bf16") line += ", bfloat16 on the wire";
+  if (o.wire_dtype == "int8") line += ", int8 on the wire";
   line += o.tls.enabled() ? ", TLS" : ", plain TCP";
   if (!o.auth_key_file.empty()) line += ", key " + o.auth_key_file;
   return line;

@@ -64,8 +64,9 @@ struct TrainerOptions {
   // --connect-timeout-ms: how long to keep dialling a shard that refuses
   // or whose host name does not resolve yet.
   int connect_timeout_ms = 10000;
-  // --wire-dtype: f32, or bf16 (gradients pushed and weights pulled as
-  // bfloat16, half the bytes; the shards keep f32: ClientOptions).
+  // --wire-dtype: f32, bf16 or int8 (gradients pushed and weights pulled
+  // as bfloat16, half the bytes, or int8, about a quarter; the shards keep
+  // f32: ClientOptions).
   std::string wire_dtype = "f32";
   // --direct-memory: a shard on this host reads f32 gradients from this
   // process's memory and writes pulled weights into it

@@ -178,7 +178,7 @@ TEST_F(DirectPushes, AreTakenOnlyFromThePeersOwnProcessAndMappedMemory) {
     std::vector<float> grad = {1, 2, 3, 4, 5, 6, 7, 8};
     auto push = [&](uint64_t request, bool direct) {
       return Bytes(*client_internal::PushBlocksFrame(
-          request, id, -1, false, {0, 1}, 4, grad, false, direct));
+          request, id, -1, false, {0, 1}, 4, grad, WireDtype::kF32, direct));
     };
     const bool own = claimed == static_cast<int>(getpid());
     ASSERT_FALSE(raw.Send(push(2, /*direct=*/true)));
@@ -229,7 +229,7 @@ TEST_F(DirectPushes, AreTakenOnlyFromThePeersOwnProcessAndMappedMemory) {
     // unmapped address is refused, naming it.
     std::vector<float> landing(8, 99.0f);
     ASSERT_FALSE(raw.Send(Bytes(*client_internal::PullBlocksFrame(
-        5, id, {0, 1}, false, -1,
+        5, id, {0, 1}, WireDtype::kF32, -1,
         reinterpret_cast<uintptr_t>(landing.data())))));
     auto pulled = answer(5);
     ASSERT_TRUE(pulled.ok()) << pulled.status().ToString();
@@ -242,8 +242,8 @@ TEST_F(DirectPushes, AreTakenOnlyFromThePeersOwnProcessAndMappedMemory) {
         EXPECT_EQ(b->values(), nullptr);
       }
       EXPECT_EQ(landing, want);
-      ASSERT_FALSE(raw.Send(Bytes(
-          *client_internal::PullBlocksFrame(6, id, {0, 1}, false, -1, 0x10))));
+      ASSERT_FALSE(raw.Send(Bytes(*client_internal::PullBlocksFrame(
+          6, id, {0, 1}, WireDtype::kF32, -1, 0x10))));
       auto unmapped = answer(6);
       ASSERT_TRUE(unmapped.ok()) << unmapped.status().ToString();
       const wire::Error* error = unmapped->message()->body_as_Error();
@@ -362,7 +362,8 @@ TEST_F(DirectPushes, AHeldPullOfAClosedConnectionWritesNothing) {
   // At clock 1 with the slowest at 0 and a bound of 0: held.
   std::vector<float> landing(8, 99.0f);
   ASSERT_FALSE(raw.Send(Bytes(*client_internal::PullBlocksFrame(
-      3, id, {0, 1}, false, -1, reinterpret_cast<uintptr_t>(landing.data())))));
+      3, id, {0, 1}, WireDtype::kF32, -1,
+      reinterpret_cast<uintptr_t>(landing.data())))));
   raw.Close();
   ASSERT_TRUE(Eventually(
       [&] {

@@ -224,8 +224,8 @@ TEST_F(Staleness, PullForAClockBeyondTheNextIsRefused) {
   ASSERT_NE(ack, nullptr);
   // Block 0 of the tensor; the worker is at clock 0.
   auto pull = [&](int64_t clock) -> Result<Frame> {
-    if ((*peer)->Send(Bytes(*client_internal::PullBlocksFrame(7, ack->id(), {0},
-                                                              false, clock)))) {
+    if ((*peer)->Send(Bytes(*client_internal::PullBlocksFrame(
+            7, ack->id(), {0}, WireDtype::kF32, clock)))) {
       return Unavailable("send failed");
     }
     return (*peer)->ReadFrame(kReplyTimeoutMs);

@@ -10,6 +10,7 @@
 #include "schema/auth.h"
 #include "schema/frame.h"
 #include "schema/stats_frame.h"
+#include "schema/wire_values.h"
 
 namespace {
 
@@ -105,6 +106,43 @@ OutFrame Provide(uint64_t id, uint32_t tensor) {
                             false, /*provide=*/true));
 }
 
+// Values narrowed on the wire (bfloat16 or int8): a dense push of block 0
+// of `tensor`, a sparse push of two rows of width 4, and pulls asking for
+// either.
+OutFrame NarrowPush(uint64_t id, uint32_t tensor, WireDtype dtype) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<float> values(16);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.1f * i - 0.7f;
+  const uint32_t seed = 7;
+  const NarrowedValues v = AddNarrowed(fbb, values, dtype, &seed);
+  std::vector<flatbuffers::Offset<wire::Block>> blocks = {
+      wire::CreateBlock(fbb, 0, 0, v.bf16, 0, 0, false, v.q8, v.q8_scale)};
+  return FinishFrame(
+      fbb, wire::CreatePush(fbb, id, tensor, 0, fbb.CreateVector(blocks)));
+}
+
+OutFrame NarrowSparsePush(uint64_t id, uint32_t table, WireDtype dtype) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<uint64_t> keys = {3, 99};
+  std::vector<float> rows = {0.25f, -1, 2, 0.5f, 3, 0, -0.125f, 1};
+  auto k = fbb.CreateVector(keys);
+  const uint32_t seed = 9;
+  const NarrowedValues v = AddNarrowed(fbb, rows, dtype, &seed);
+  return FinishFrame(fbb, wire::CreatePush(fbb, id, table, -1, 0, k, 0, true,
+                                           false, v.bf16, v.q8, v.q8_scale));
+}
+
+OutFrame NarrowPull(uint64_t id, uint32_t tensor, std::vector<uint32_t> blocks,
+                    std::vector<uint64_t> keys, WireDtype dtype) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const bool sparse = !keys.empty();
+  auto b = fbb.CreateVector(blocks);
+  auto k = fbb.CreateVector(keys);
+  return FinishFrame(fbb, wire::CreatePull(fbb, id, tensor, b, k, sparse,
+                                           dtype == WireDtype::kBf16, -1, 0,
+                                           dtype == WireDtype::kInt8));
+}
+
 template <typename Make>
 OutFrame Build(Make make) {
   flatbuffers::FlatBufferBuilder fbb;
@@ -149,6 +187,17 @@ int main(int argc, char** argv) {
       .Say(0, Pull(2, 0, {}, {3, 99, 3}))
       .Say(0, SparsePush(3, 0))
       .Write(dir + "/sparse");
+  // Narrowed values: bf16 and int8 pushes and pulls, dense and sparse.
+  Conversation(1 | 4)
+      .Say(0, Define(1, "w", {4, 8}))
+      .Say(0, DefineTable(2, "emb", 4))
+      .Say(0, NarrowPush(3, Fnv1a("w"), WireDtype::kInt8))
+      .Say(0, NarrowPull(4, Fnv1a("w"), {0, 1}, {}, WireDtype::kInt8))
+      .Say(0, NarrowPush(5, Fnv1a("w"), WireDtype::kBf16))
+      .Say(0, NarrowPull(6, Fnv1a("w"), {1}, {}, WireDtype::kBf16))
+      .Say(0, NarrowSparsePush(7, Fnv1a("emb"), WireDtype::kInt8))
+      .Say(0, NarrowPull(8, Fnv1a("emb"), {}, {3, 99}, WireDtype::kInt8))
+      .Write(dir + "/narrow");
   // A worker's reports, data chunks, a heartbeat, a checkpoint request.
   Conversation(1 | 4)
       .Say(0, Build([](auto& fbb) {

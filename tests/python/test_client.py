@@ -370,5 +370,33 @@ def test_wire_dtype_bf16_rounds_once_and_shards_keep_f32(cluster):
         got = exact.pull_rows("emb", keys)
         np.testing.assert_array_equal(got, sgd(np.zeros((2, 2)), bf16(rows)))
         np.testing.assert_array_equal(half.pull_rows("emb", keys), bf16(got))
-    with pytest.raises(ValueError, match="wire_dtype: 'f32' or 'bf16'"):
+    with pytest.raises(ValueError,
+                       match="wire_dtype: f32, bf16 or int8, not 'fp8'"):
         tether.Client(run.coordinator, observer=True, wire_dtype="fp8")
+
+
+def test_wire_dtype_int8_is_within_a_step_and_shards_keep_f32(cluster):
+    """An int8 client's gradients land within one step of themselves (its
+    largest magnitude / 127), and its pulls are the f32 weights rounded to
+    the nearest step of their own grid (one group: 64 values)."""
+    run = cluster(shards=1, workers=0, flags=["--block-size", "64"] + SGD)
+    rng = np.random.default_rng(4)
+    with tether.Client(run.coordinator, observer=True,
+                       wire_dtype="int8") as narrow, \
+            tether.Client(run.coordinator, observer=True) as exact:
+        for c in (narrow, exact):
+            c.define_tensor("w", (4, 16))
+        grad = rng.standard_normal((4, 16)).astype(np.float32)
+        narrow.push("w", grad)
+        weights = exact.pull("w")
+        step = np.abs(grad).max() / 127
+        want = sgd(np.zeros((4, 16)), grad)
+        assert np.abs(weights - want).max() <= 0.5 * step * 1.001
+        assert not np.array_equal(weights, want)
+        # Pulled: on the weights' own grid, the nearest step.
+        pulled = narrow.pull("w")
+        w_step = np.abs(weights).max() / 127
+        assert np.abs(pulled - weights).max() <= 0.5 * w_step * 1.001
+        steps = pulled / w_step
+        np.testing.assert_allclose(steps, np.round(steps), rtol=0, atol=1e-3)
+        assert np.abs(steps).max() == pytest.approx(127, abs=1e-3)

@@ -300,35 +300,35 @@ TEST(Bf16, SpanFormsGiveTheScalarBitsForEveryValue) {
   }
 }
 
-TEST(RequestCutter, Bf16PushFrameCarriesHalfTheBytesAndProvideStaysExact) {
-  std::vector<float> grad(4096);
-  for (size_t i = 0; i < grad.size(); ++i) grad[i] = 1.0f + i * 1e-4f;
+// A push of `grad` (4 blocks of 1024) as `dtype`, as received, and its size
+// as a fraction of the same push in f32.
+std::pair<Frame, double> FourBlockPush(const std::vector<float>& grad,
+                                       WireDtype dtype) {
   const std::vector<uint32_t> blocks = {0, 1, 2, 3};
   const size_t f32 =
       PushBlocksFrame(1, 7, 3, false, blocks, 1024, grad)->size();
-  OutFrame out = PushBlocksFrame(1, 7, 3, false, blocks, 1024, grad, true);
-  EXPECT_LT(out->size(), f32 * 0.55) << f32;
-  Frame frame = Receive(out);
-  const wire::Push* push = frame.message()->body_as_Push();
-  ASSERT_NE(push, nullptr);
-  const wire::Block* b2 = push->blocks()->Get(2);
+  OutFrame out = PushBlocksFrame(1, 7, 3, false, blocks, 1024, grad, dtype);
+  const double fraction = static_cast<double>(out->size()) / f32;
+  return {Receive(out), fraction};
+}
+
+TEST(RequestCutter, Bf16PushFrameCarriesHalfTheBytes) {
+  std::vector<float> grad(4096);
+  for (size_t i = 0; i < grad.size(); ++i) grad[i] = 1.0f + i * 1e-4f;
+  const auto [frame, fraction] = FourBlockPush(grad, WireDtype::kBf16);
+  EXPECT_LT(fraction, 0.55);
+  const wire::Block* b2 = frame.message()->body_as_Push()->blocks()->Get(2);
   EXPECT_EQ(b2->values(), nullptr);
   ASSERT_NE(b2->bf16(), nullptr);
   ASSERT_EQ(b2->bf16()->size(), 1024u);
   for (int i = 0; i < 1024; ++i) {
     ASSERT_EQ(b2->bf16()->Get(i), ToBf16(grad[2048 + i])) << i;
   }
-  // Initial values travel exact whatever the client's wire dtype.
-  Frame provide =
-      Receive(PushBlocksFrame(1, 7, -1, true, blocks, 1024, grad, true));
-  const wire::Block* p0 = provide.message()->body_as_Push()->blocks()->Get(0);
-  EXPECT_EQ(p0->bf16(), nullptr);
-  ASSERT_NE(p0->values(), nullptr);
-  EXPECT_EQ(p0->values()->Get(5), grad[5]);
   // Rows too.
   const std::vector<float> values = {0.1f, 0.2f, 1.1f, 1.2f};
   KeyPart part{0, {7, 9}, {1, 0}};
-  Frame rows = Receive(PushRowsFrame(1, 0, -1, false, part, 2, values, true));
+  Frame rows = Receive(
+      PushRowsFrame(1, 0, -1, false, part, 2, values, WireDtype::kBf16));
   const wire::Push* row_push = rows.message()->body_as_Push();
   EXPECT_EQ(row_push->rows(), nullptr);
   ASSERT_NE(row_push->rows_bf16(), nullptr);
@@ -336,12 +336,125 @@ TEST(RequestCutter, Bf16PushFrameCarriesHalfTheBytesAndProvideStaysExact) {
                                   row_push->rows_bf16()->end()),
             (std::vector<uint16_t>{ToBf16(1.1f), ToBf16(1.2f), ToBf16(0.1f),
                                    ToBf16(0.2f)}));
-  Frame pull = Receive(PullRowsFrame(2, 0, part, true));
+  Frame pull = Receive(PullRowsFrame(2, 0, part, WireDtype::kBf16));
   EXPECT_TRUE(pull.message()->body_as_Pull()->bf16());
-  Frame dense_pull = Receive(PullBlocksFrame(2, 7, blocks, true));
+  const std::vector<uint32_t> blocks = {0, 1, 2, 3};
+  Frame dense_pull = Receive(PullBlocksFrame(2, 7, blocks, WireDtype::kBf16));
   EXPECT_TRUE(dense_pull.message()->body_as_Pull()->bf16());
   EXPECT_FALSE(
       Receive(PullBlocksFrame(2, 7, blocks)).message()->body_as_Pull()->bf16());
+}
+
+// int8: a byte a value and a scale per 256, rounded stochastically
+// (within one step of the gradient).
+TEST(RequestCutter, Int8PushFrameCarriesAboutAQuarterOfTheBytes) {
+  std::vector<float> grad(4096);
+  for (size_t i = 0; i < grad.size(); ++i) grad[i] = std::sin(i * 0.01f);
+  const auto [frame, fraction] = FourBlockPush(grad, WireDtype::kInt8);
+  EXPECT_LT(fraction, 0.27);
+  const wire::Block* b2 = frame.message()->body_as_Push()->blocks()->Get(2);
+  EXPECT_EQ(b2->values(), nullptr);
+  EXPECT_EQ(b2->bf16(), nullptr);
+  ASSERT_NE(b2->q8(), nullptr);
+  ASSERT_EQ(b2->q8()->size(), 1024u);
+  ASSERT_NE(b2->q8_scale(), nullptr);
+  ASSERT_EQ(b2->q8_scale()->size(), 4u);
+  for (int i = 0; i < 1024; ++i) {
+    const float step = b2->q8_scale()->Get(i / 256);
+    ASSERT_NEAR(b2->q8()->Get(i) * step, grad[2048 + i], step) << i;
+  }
+  // Rows: gathered in request order, then one set of groups.
+  const std::vector<float> values = {0.1f, 0.2f, 1.1f, 1.2f};
+  KeyPart part{0, {7, 9}, {1, 0}};
+  Frame rows = Receive(
+      PushRowsFrame(1, 0, -1, false, part, 2, values, WireDtype::kInt8));
+  const wire::Push* row_push = rows.message()->body_as_Push();
+  EXPECT_EQ(row_push->rows(), nullptr);
+  ASSERT_NE(row_push->rows_q8(), nullptr);
+  ASSERT_EQ(row_push->rows_q8_scale()->size(), 1u);
+  const float step = row_push->rows_q8_scale()->Get(0);
+  EXPECT_FLOAT_EQ(step, 1.2f / 127);
+  const float want[] = {1.1f, 1.2f, 0.1f, 0.2f};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(row_push->rows_q8()->Get(i) * step, want[i], step) << i;
+  }
+  EXPECT_TRUE(Receive(PullRowsFrame(2, 0, part, WireDtype::kInt8))
+                  .message()
+                  ->body_as_Pull()
+                  ->int8());
+  const std::vector<uint32_t> blocks = {0, 1, 2, 3};
+  Frame dense_pull = Receive(PullBlocksFrame(2, 7, blocks, WireDtype::kInt8));
+  EXPECT_TRUE(dense_pull.message()->body_as_Pull()->int8());
+  EXPECT_FALSE(dense_pull.message()->body_as_Pull()->bf16());
+}
+
+// Initial values (a provide) travel exact whatever the client's wire dtype,
+// dense and sparse.
+TEST(RequestCutter, InitialValuesTravelExactWhateverTheWireDtype) {
+  std::vector<float> grad(2048);
+  for (size_t i = 0; i < grad.size(); ++i) grad[i] = 1.0f + i * 1e-4f;
+  const std::vector<float> values = {0.1f, 0.2f, 1.1f, 1.2f};
+  KeyPart part{0, {7, 9}, {1, 0}};
+  for (WireDtype dtype : {WireDtype::kBf16, WireDtype::kInt8}) {
+    Frame dense =
+        Receive(PushBlocksFrame(1, 7, -1, true, {0, 1}, 1024, grad, dtype));
+    const wire::Block* b1 = dense.message()->body_as_Push()->blocks()->Get(1);
+    EXPECT_EQ(b1->bf16(), nullptr);
+    EXPECT_EQ(b1->q8(), nullptr);
+    ASSERT_NE(b1->values(), nullptr);
+    EXPECT_EQ(std::vector<float>(b1->values()->begin(), b1->values()->end()),
+              std::vector<float>(grad.begin() + 1024, grad.end()));
+    Frame rows = Receive(PushRowsFrame(1, 0, -1, true, part, 2, values, dtype));
+    const wire::Push* row_push = rows.message()->body_as_Push();
+    EXPECT_EQ(row_push->rows_bf16(), nullptr);
+    EXPECT_EQ(row_push->rows_q8(), nullptr);
+    ASSERT_NE(row_push->rows(), nullptr);
+    EXPECT_EQ(
+        std::vector<float>(row_push->rows()->begin(), row_push->rows()->end()),
+        (std::vector<float>{1.1f, 1.2f, 0.1f, 0.2f}));
+  }
+}
+
+// An int8 reply widens into place; one whose scales are missing is a
+// protocol error naming the block or the rows.
+TEST(RequestCutter, Int8RepliesAreWidenedIntoPlaceAndNeedTheirScales) {
+  const std::vector<int8_t> q = {127, -64, 0, 1};
+  const std::vector<float> scale = {0.5f};
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<flatbuffers::Offset<wire::Block>> offsets = {wire::CreateBlock(
+      fbb, 1, 0, 0, 0, 0, false, fbb.CreateVector(q), fbb.CreateVector(scale))};
+  fbb.Finish(wire::CreatePullReply(fbb, 1, fbb.CreateVector(offsets)));
+  std::vector<uint8_t> bytes(fbb.GetBufferPointer(),
+                             fbb.GetBufferPointer() + fbb.GetSize());
+  std::vector<float> out(8, -1);
+  Status s = CopyPulledBlocks(AsReply(bytes), 4, out);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(out, (std::vector<float>{-1, -1, -1, -1, 63.5f, -32, 0, 0.5f}));
+
+  flatbuffers::FlatBufferBuilder bad;
+  offsets = {wire::CreateBlock(bad, 1, 0, 0, 0, 0, false, bad.CreateVector(q))};
+  bad.Finish(wire::CreatePullReply(bad, 1, bad.CreateVector(offsets)));
+  bytes.assign(bad.GetBufferPointer(), bad.GetBufferPointer() + bad.GetSize());
+  s = CopyPulledBlocks(AsReply(bytes), 4, out);
+  EXPECT_EQ(s.code(), Code::kProtocol);
+  EXPECT_EQ(s.message(),
+            "pull reply block 1 carries 4 int8 values with 0 scales, not 1");
+
+  flatbuffers::FlatBufferBuilder rows;
+  auto q_offset = rows.CreateVector(q);
+  auto scale_offset = rows.CreateVector(scale);
+  wire::PullReplyBuilder rb(rows);
+  rb.add_request_id(1);
+  rb.add_rows_q8(q_offset);
+  rb.add_rows_q8_scale(scale_offset);
+  rows.Finish(rb.Finish());
+  bytes.assign(rows.GetBufferPointer(),
+               rows.GetBufferPointer() + rows.GetSize());
+  std::vector<float> row_out(6, -1);
+  const size_t positions[] = {2, 0};
+  s = CopyPulledRows(AsReply(bytes), positions, 2, row_out);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(row_out, (std::vector<float>{0, 0.5f, -1, -1, 63.5f, -32}));
 }
 
 TEST(RequestCutter, Bf16RepliesAreWidenedIntoPlace) {

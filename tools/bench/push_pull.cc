@@ -14,6 +14,7 @@
 
 #include "schema/flags.h"
 #include "schema/tls.h"
+#include "schema/wire_values.h"
 #include "worker/client.h"
 
 int main(int argc, char** argv) {
@@ -34,8 +35,8 @@ int main(int argc, char** argv) {
   p.AddBool("push-only", &push_only, "rounds push and do not pull");
   std::string wire_dtype = "f32";
   p.AddString("wire-dtype", &wire_dtype,
-              "f32, or bf16 (values travel as bfloat16; goodput still counts "
-              "4 bytes a value)");
+              "f32, bf16 or int8 (values travel narrowed; goodput still "
+              "counts 4 bytes a value)");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   tether::ClientOptions o;
   o.coordinator = coordinator;
@@ -43,12 +44,12 @@ int main(int argc, char** argv) {
   o.tls = tls;
   o.observer = true;
   o.name = "bench";
-  if (wire_dtype != "f32" && wire_dtype != "bf16") {
-    std::cerr << "tether-bench-pushpull: --wire-dtype: f32 or bf16\n";
+  auto dtype = tether::ParseWireDtype(wire_dtype, "--wire-dtype");
+  if (!dtype.ok()) {
+    std::cerr << "tether-bench-pushpull: " << dtype.status().message() << "\n";
     return 2;
   }
-  o.wire_dtype =
-      wire_dtype == "bf16" ? tether::WireDtype::kBf16 : tether::WireDtype::kF32;
+  o.wire_dtype = *dtype;
   auto client = tether::Client::Connect(o);
   if (!client.ok()) {
     std::cerr << "tether-bench-pushpull: " << client.status().message() << "\n";

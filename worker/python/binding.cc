@@ -30,6 +30,7 @@
 #include "schema/build_info.h"
 #include "schema/io_pool.h"
 #include "schema/shuffle.h"
+#include "schema/wire_values.h"
 #include "worker/client.h"
 #include "worker/dataset.h"
 #include "worker/training_loop.h"
@@ -641,12 +642,9 @@ PYBIND11_MODULE(_tether, m) {
                        const std::optional<std::string>& manifest,
                        const std::string& wire_dtype) {
              ClientOptions o;
-             if (wire_dtype != "f32" && wire_dtype != "bf16") {
-               throw py::value_error("wire_dtype: 'f32' or 'bf16', not '" +
-                                     wire_dtype + "'");
-             }
-             o.wire_dtype =
-                 wire_dtype == "bf16" ? WireDtype::kBf16 : WireDtype::kF32;
+             Result<WireDtype> dtype = ParseWireDtype(wire_dtype, "wire_dtype");
+             if (!dtype.ok()) throw py::value_error(dtype.status().message());
+             o.wire_dtype = *dtype;
              o.coordinator = coordinator;
              o.staleness = staleness;
              o.rank = rank;

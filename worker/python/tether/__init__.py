@@ -138,7 +138,9 @@ class Client:
     every checkpoint round and shows on the dashboard; `tether.worker`
     fills it in. Never a secret.
     `wire_dtype` "bf16" pushes gradients and pulls weights as bfloat16 (half
-    the bytes, rounded to nearest even); the shards keep f32 weights and
+    the bytes, rounded to nearest even), "int8" as one byte a value and a
+    float scale per 256 values (about a quarter; gradients rounded
+    stochastically, weights to nearest); the shards keep f32 weights and
     optimizer state, and initial values a worker provides travel as f32.
     """
 

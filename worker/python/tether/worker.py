@@ -90,9 +90,11 @@ def parse_args(argv):
                         "down the link while the gradients below still go "
                         "up (with --push-in-backward on), as "
                         "tether-worker's; false: pull them after the clock")
-    p.add_argument("--wire-dtype", choices=("f32", "bf16"), default="f32",
+    p.add_argument("--wire-dtype", choices=("f32", "bf16", "int8"),
+                   default="f32",
                    help="bf16: push gradients and pull weights as bfloat16 "
-                        "(half the bytes; the shards keep f32)")
+                        "(half the bytes); int8: as int8 with a scale per "
+                        "256 values (about a quarter); the shards keep f32")
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads (0: torch's default)")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")

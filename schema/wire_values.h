@@ -1,0 +1,62 @@
+// Values in a frame as the wire dtype says (schema/wire_dtype.h): a block's
+// or a set of rows' floats narrowed into a frame being built, and read back
+// (widened) with their sizes checked. Shared by the client, which narrows
+// gradients and widens weights, and the shards, which do the reverse.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "flatbuffers/flatbuffers.h"
+#include "schema/status.h"
+#include "schema/wire_dtype.h"
+
+namespace tether {
+
+// The dtype named "f32", "bf16" or "int8"; kInvalidArgument naming `flag`
+// (e.g. "--wire-dtype") otherwise.
+Result<WireDtype> ParseWireDtype(const std::string& name,
+                                 const std::string& flag);
+
+// Bytes a value takes on the wire at most, for sizing frames (int8: its
+// byte and its share of the group's scale).
+inline size_t WireBytes(WireDtype dtype) {
+  return dtype == WireDtype::kF32 ? 4 : 2;
+}
+
+// `values` narrowed into a builder: `bf16`, or `q8` with `q8_scale`; the
+// offsets of the other dtype are null.
+struct NarrowedValues {
+  flatbuffers::Offset<flatbuffers::Vector<uint16_t>> bf16;
+  flatbuffers::Offset<flatbuffers::Vector<int8_t>> q8;
+  flatbuffers::Offset<flatbuffers::Vector<float>> q8_scale;
+};
+
+// Writes `values` into `fbb` as `dtype` (kBf16 or kInt8; kF32 writes
+// nothing: f32 values are spliced or copied by the caller). int8 rounds
+// stochastically with `dither_seed` (a gradient) or, without one, to
+// nearest (weights).
+NarrowedValues AddNarrowed(flatbuffers::FlatBufferBuilder& fbb,
+                           std::span<const float> values, WireDtype dtype,
+                           const uint32_t* dither_seed = nullptr);
+
+// Narrowed values as a frame carries them; null where absent.
+struct NarrowedView {
+  const flatbuffers::Vector<uint16_t>* bf16 = nullptr;
+  const flatbuffers::Vector<int8_t>* q8 = nullptr;
+  const flatbuffers::Vector<float>* q8_scale = nullptr;
+
+  bool present() const { return bf16 != nullptr || q8 != nullptr; }
+  // How many values they hold.
+  size_t size() const {
+    return bf16 != nullptr ? bf16->size() : q8 != nullptr ? q8->size() : 0;
+  }
+};
+
+// Widens `view` (its size() values) into `out`. kInvalidArgument, naming
+// `what`, if int8 values come without one scale per 256 of them.
+Status Widen(const NarrowedView& view, float* out, const std::string& what);
+
+}  // namespace tether
