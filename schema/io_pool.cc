@@ -1,14 +1,11 @@
 #include "schema/io_pool.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
+#include <boost/asio/executor_work_guard.hpp>
 #include <chrono>
-#include <ctime>
 #include <thread>
 
+#include "schema/futex.h"
 #include "schema/mutex.h"
 
 namespace tether {
@@ -16,19 +13,26 @@ namespace tether {
 namespace asio = boost::asio;
 
 struct IoPool::Waiters {
-  // Waiters spinning now, when the last one stopped (steady clock, ns),
-  // and slots parked now (a waiter skips Poll's work when none is).
+  // Waiters spinning now, and when the last one stopped (steady clock, ns).
   std::atomic<int> spinners{0};
   std::atomic<int64_t> last_spin_ns{0};
-  std::atomic<int> parked{0};
 };
 
 struct IoPool::Slot {
   static constexpr int kRunning = 0;
   static constexpr int kParked = 1;
 
-  asio::io_context* io = nullptr;
-  IoPool::Waiters* waiters = nullptr;  // its pool's
+  explicit Slot(IoPool::Waiters* pool_waiters) : waiters(pool_waiters) {}
+
+  // Concurrency hint 1: one thread runs the context, so the scheduler need
+  // not wake another for the reactor; posting from other threads stays
+  // safe, and so does a waiter's poll() (it wakes the thread when it
+  // leaves the reactor to it).
+  asio::io_context io{1};
+  // Keeps `io` from running out of work until the pool is released.
+  asio::executor_work_guard<asio::io_context::executor_type> guard =
+      asio::make_work_guard(io);
+  IoPool::Waiters* const waiters;  // its pool's
   // kParked while the thread sleeps and waiters may run the context; the
   // futex word it sleeps on.
   std::atomic<int> state{kRunning};
@@ -39,8 +43,6 @@ struct IoPool::Slot {
 };
 
 namespace {
-
-static_assert(sizeof(std::atomic<int>) == sizeof(int));
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -66,13 +68,6 @@ Registry& Assisted() {
 // runs nothing itself.
 thread_local bool t_polling = false;
 
-// A parked thread's sleep, in slices of kParkUs.
-void SleepParked(std::atomic<int>& word) {
-  timespec slice{0, IoPool::kParkUs * 1000};
-  ::syscall(SYS_futex, reinterpret_cast<int*>(&word), FUTEX_WAIT_PRIVATE,
-            IoPool::Slot::kParked, &slice, nullptr, 0);
-}
-
 // kParked -> kRunning, once: by the thread itself or a waker.
 bool Unpark(IoPool::Slot& slot) {
   int parked = IoPool::Slot::kParked;
@@ -80,16 +75,12 @@ bool Unpark(IoPool::Slot& slot) {
                                           std::memory_order_acq_rel)) {
     return false;
   }
-  slot.waiters->parked.fetch_sub(1, std::memory_order_relaxed);
   Assisted().parked.fetch_sub(1);
   return true;
 }
 
 void Wake(IoPool::Slot& slot) {
-  if (Unpark(slot)) {
-    ::syscall(SYS_futex, reinterpret_cast<int*>(&slot.state),
-              FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-  }
+  if (Unpark(slot)) FutexWake(slot.state);
 }
 
 // Whether the thread that ran a handler should park: one of its pool's
@@ -108,7 +99,6 @@ void Park(IoPool::Slot& slot, const std::atomic<bool>& released) {
   Registry& r = Assisted();
   slot.last_poll_ns.store(NowNs(), std::memory_order_relaxed);
   slot.state.store(IoPool::Slot::kParked, std::memory_order_release);
-  slot.waiters->parked.fetch_add(1, std::memory_order_relaxed);
   r.parked.fetch_add(1);  // seq_cst with sleepers: see SleepingWaiter
   while (slot.state.load(std::memory_order_acquire) == IoPool::Slot::kParked) {
     // Released or a waiter asleep after the checks before: they woke
@@ -117,7 +107,7 @@ void Park(IoPool::Slot& slot, const std::atomic<bool>& released) {
       Unpark(slot);
       return;
     }
-    SleepParked(slot.state);
+    FutexWait(slot.state, IoPool::Slot::kParked, IoPool::kParkUs);
     const int64_t idle_ns =
         NowNs() - slot.last_poll_ns.load(std::memory_order_relaxed);
     if (slot.waiters->spinners.load(std::memory_order_relaxed) == 0 &&
@@ -132,19 +122,9 @@ void Park(IoPool::Slot& slot, const std::atomic<bool>& released) {
 IoPool::IoPool(int threads, bool assisted)
     : assisted_(assisted), waiters_(std::make_unique<Waiters>()) {
   const int n = std::max(1, threads);
-  contexts_.reserve(n);
-  guards_.reserve(n);
   slots_.reserve(n);
   for (int i = 0; i < n; ++i) {
-    // Concurrency hint 1: one thread runs each context, so the scheduler
-    // need not wake another for the reactor; posting from other threads
-    // stays safe, and so does a waiter's poll() (it wakes the thread when
-    // it leaves the reactor to it).
-    contexts_.push_back(std::make_unique<asio::io_context>(1));
-    guards_.push_back(asio::make_work_guard(*contexts_.back()));
-    slots_.push_back(std::make_unique<Slot>());
-    slots_.back()->io = contexts_.back().get();
-    slots_.back()->waiters = waiters_.get();
+    slots_.push_back(std::make_unique<Slot>(waiters_.get()));
   }
   if (assisted_) {
     Registry& r = Assisted();
@@ -166,9 +146,11 @@ IoPool::~IoPool() {
   }
 }
 
+asio::io_context& IoPool::main() { return slots_[0]->io; }
+
 asio::io_context& IoPool::Next() {
-  return *contexts_[next_.fetch_add(1, std::memory_order_relaxed) %
-                    contexts_.size()];
+  return slots_[next_.fetch_add(1, std::memory_order_relaxed) % slots_.size()]
+      ->io;
 }
 
 void IoPool::Start() {
@@ -180,18 +162,20 @@ void IoPool::Start() {
 
 void IoPool::Run(Slot& slot) {
   if (!assisted_) {
-    slot.io->run();
+    slot.io.run();
     return;
   }
-  while (slot.io->run_one() > 0) {
+  while (slot.io.run_one() > 0) {
     if (ShouldPark(slot)) Park(slot, released_);
   }
 }
 
 void IoPool::Release() {
   if (released_.exchange(true)) return;
-  for (Guard& guard : guards_) guard.reset();
-  for (auto& slot : slots_) Wake(*slot);
+  for (auto& slot : slots_) {
+    slot->guard.reset();
+    Wake(*slot);
+  }
 }
 
 void IoPool::Join() {
@@ -211,10 +195,7 @@ WaitAssist::~WaitAssist() {
 }
 
 bool WaitAssist::Poll() {
-  if (t_polling ||
-      pool_.waiters_->parked.load(std::memory_order_relaxed) == 0) {
-    return false;
-  }
+  if (t_polling) return false;
   t_polling = true;
   struct Polled {
     ~Polled() { t_polling = false; }
@@ -233,11 +214,11 @@ bool WaitAssist::Poll() {
     slot->last_poll_ns.store(NowNs(), std::memory_order_relaxed);
     // One handler (or one pass of the reactor and the first handler it
     // readied), so the waiter sees its answer as soon as it is in.
-    ran += slot->io->poll_one();
+    ran += slot->io.poll_one();
     if (slot->state.load(std::memory_order_acquire) != IoPool::Slot::kParked) {
       // The thread resumed meanwhile and may wait for the reactor this
       // left queued: poll() runs what is ready and wakes it.
-      ran += slot->io->poll();
+      ran += slot->io.poll();
     }
   }
   return ran > 0;

@@ -31,7 +31,6 @@
 #pragma once
 
 #include <atomic>
-#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -54,10 +53,10 @@ class IoPool {
 
   // Context 0: for what is not one connection's (listeners, timers,
   // signals, the dashboard). Its thread also serves connections.
-  boost::asio::io_context& main() { return *contexts_[0]; }
+  boost::asio::io_context& main();
   // The context for a new connection: each in turn.
   boost::asio::io_context& Next();
-  size_t size() const { return contexts_.size(); }
+  size_t size() const { return slots_.size(); }
 
   // Starts one thread per context; once only.
   void Start();
@@ -70,7 +69,8 @@ class IoPool {
   // A parked thread resumes once no waiter has run its context this long.
   static constexpr int64_t kParkUs = 500;
 
-  // A context and whether its thread is parked (io_pool.cc).
+  // A context, what keeps it from running out of work, and whether its
+  // thread is parked (io_pool.cc).
   struct Slot;
   // The pool's spinning waiters and parked threads (io_pool.cc).
   struct Waiters;
@@ -78,17 +78,13 @@ class IoPool {
  private:
   friend class WaitAssist;
 
-  using Guard =
-      boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
   // Runs `slot`'s context until it is out of work, parking while waiters
   // spin when the pool is assisted.
   void Run(Slot& slot);
 
   const bool assisted_;
   std::unique_ptr<Waiters> waiters_;
-  std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;
-  std::vector<std::unique_ptr<Slot>> slots_;  // one per context
-  std::vector<Guard> guards_;
+  std::vector<std::unique_ptr<Slot>> slots_;  // one per thread
   std::vector<std::thread> threads_;
   std::atomic<size_t> next_{0};
   std::atomic<bool> released_{false};
@@ -112,9 +108,9 @@ class WaitAssist {
   WaitAssist& operator=(const WaitAssist&) = delete;
 
   // Runs a handler of each parked context that has one ready (their
-  // reactors polled, not waited on) on this thread; true when one ran. Returns
-  // false at once when nothing is parked, or when called from a handler it
-  // runs.
+  // reactors polled, not waited on) on this thread; true when one ran.
+  // Returns false when nothing is parked, or at once when called from a
+  // handler it runs.
   bool Poll();
 
  private:

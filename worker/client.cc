@@ -218,11 +218,17 @@ struct Client::Impl {
 
 namespace {
 
-// Starts a request with `start` and waits for its callback, spinning for
-// `c`'s spin_us first.
+// Waits for `answer`, spinning for `c`'s spin_us first (running the I/O
+// threads' work meanwhile: schema/io_pool.h).
+Status Await(Client::Impl& c, PendingStatus& answer) {
+  return answer.get(c.options.spin_us, &c.links.io_pool());
+}
+
+// Starts a request with `start` and waits for its callback.
 Status Wait(Client::Impl& c,
             const std::function<void(Client::Callback)>& start) {
-  return PendingStatus::Of(start).get(c.options.spin_us, &c.links.io_pool());
+  PendingStatus answer = PendingStatus::Of(start);
+  return Await(c, answer);
 }
 
 }  // namespace
@@ -745,9 +751,7 @@ Status Client::ClockPipelined() {
 
 Status Client::AwaitClock() {
   PendingStatus& answer = impl_->clock_in_flight;
-  return answer.valid()
-             ? answer.get(impl_->options.spin_us, &impl_->links.io_pool())
-             : Status::Ok();
+  return answer.valid() ? Await(*impl_, answer) : Status::Ok();
 }
 
 void Client::ReportAsync(const Progress& p, Callback done) {

@@ -1,23 +1,13 @@
 #include "worker/completion.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <optional>
 
+#include "schema/futex.h"
 #include "schema/io_pool.h"
 
 namespace tether {
 namespace {
-
-static_assert(sizeof(std::atomic<int>) == sizeof(int));
-
-void Futex(std::atomic<int>& word, int op, int value) {
-  ::syscall(SYS_futex, reinterpret_cast<int*>(&word), op, value, nullptr,
-            nullptr, 0);
-}
 
 void Pause() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -30,7 +20,7 @@ void Pause() {
 void Completion::Set(const Status& s) {
   status_ = s;
   if (state_.exchange(kDone, std::memory_order_acq_rel) == kSleeping) {
-    Futex(state_, FUTEX_WAKE_PRIVATE, 1);
+    FutexWake(state_);
   }
 }
 
@@ -57,7 +47,7 @@ Status Completion::Wait(int spin_us, IoPool* io) {
                                    std::memory_order_acq_rel);
     // Sleeps while the word still says so; Set changes it first.
     while (state_.load(std::memory_order_acquire) != kDone) {
-      Futex(state_, FUTEX_WAIT_PRIVATE, kSleeping);
+      FutexWait(state_, kSleeping);
     }
   }
   return status_;
