@@ -4,9 +4,11 @@
 // weights and optimizer state.
 #pragma once
 
+#include <bit>
 #include <cstdint>
-#include <cstring>
 #include <span>
+
+#include "schema/float_bits.h"
 
 namespace tether {
 
@@ -14,9 +16,8 @@ namespace tether {
 // an infinity; a finite value may round to an infinity only past bf16's
 // largest (about 3.39e38).
 inline uint16_t ToBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  if (IsNan(value)) {
     return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // NaN, quiet
   }
   bits += 0x7fffu + ((bits >> 16) & 1u);
@@ -24,10 +25,7 @@ inline uint16_t ToBf16(float value) {
 }
 
 inline float FromBf16(uint16_t half) {
-  const uint32_t bits = uint32_t{half} << 16;
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
+  return std::bit_cast<float>(uint32_t{half} << 16);
 }
 
 // out[i] = ToBf16(in[i]); the spans have the same length.

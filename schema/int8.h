@@ -36,9 +36,12 @@ void ToInt8(std::span<const float> in, int8_t* out, float* scales);
 void ToInt8Dithered(std::span<const float> in, uint32_t seed, int8_t* out,
                     float* scales);
 
-// out[i] = in[i] * scales[i / kInt8Group] (NaN for kInt8NonFinite);
-// `scales` holds Int8Scales(in.size()) entries (the caller checks).
-void FromInt8(std::span<const int8_t> in, const float* scales, float* out);
+// out[i] = in[i] * scales[(first + i) / kInt8Group] (NaN for
+// kInt8NonFinite): `in` holds values first.. of a sequence whose groups'
+// scales are `scales`, which the caller has checked to hold them all
+// (Int8Scales of the sequence's size).
+void FromInt8(std::span<const int8_t> in, const float* scales, float* out,
+              size_t first = 0);
 
 // A seed for ToInt8Dithered from the numbers that name one push part (a
 // tensor, a block or key, a clock), mixed so that nearby ones differ.

@@ -1,6 +1,8 @@
 #include "schema/wire_values.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "schema/bf16.h"
 #include "schema/int8.h"
@@ -18,33 +20,63 @@ Result<WireDtype> ParseWireDtype(const std::string& name,
 NarrowedValues AddNarrowed(flatbuffers::FlatBufferBuilder& fbb,
                            std::span<const float> values, WireDtype dtype,
                            const uint32_t* dither_seed) {
+  const size_t whole = 0;  // one row: all of `values`
+  return AddNarrowedRows(fbb, values, {&whole, 1}, values.size(), dtype,
+                         dither_seed);
+}
+
+NarrowedValues AddNarrowedRows(flatbuffers::FlatBufferBuilder& fbb,
+                               std::span<const float> values,
+                               std::span<const size_t> positions, size_t dim,
+                               WireDtype dtype, const uint32_t* dither_seed) {
+  const size_t n = positions.size() * dim;
+  auto row = [&](size_t i) { return values.subspan(positions[i] * dim, dim); };
   NarrowedValues out;
   if (dtype == WireDtype::kBf16) {
     uint16_t* half = nullptr;
-    out.bf16 = fbb.CreateUninitializedVector(values.size(), &half);
-    ToBf16(values, half);
+    out.bf16 = fbb.CreateUninitializedVector(n, &half);
+    for (size_t i = 0; i < positions.size(); ++i)
+      ToBf16(row(i), half + i * dim);
   } else if (dtype == WireDtype::kInt8) {
+    std::vector<float> gathered;
+    std::span<const float> in = gathered;
+    if (positions.size() == 1) {
+      in = row(0);
+    } else {
+      gathered.resize(n);
+      for (size_t i = 0; i < positions.size(); ++i) {
+        std::copy_n(row(i).data(), dim, gathered.data() + i * dim);
+      }
+      in = gathered;
+    }
     // Both vectors are made first and found again by offset: making the
     // second may move the first.
     float* unused_scales = nullptr;
-    out.q8_scale = fbb.CreateUninitializedVector(Int8Scales(values.size()),
-                                                 &unused_scales);
+    out.q8_scale = fbb.CreateUninitializedVector(Int8Scales(n), &unused_scales);
     int8_t* bytes = nullptr;
-    out.q8 = fbb.CreateUninitializedVector(values.size(), &bytes);
+    out.q8 = fbb.CreateUninitializedVector(n, &bytes);
     float* scales =
         flatbuffers::GetMutableTemporaryPointer(fbb, out.q8_scale)->data();
     if (dither_seed != nullptr) {
-      ToInt8Dithered(values, *dither_seed, bytes, scales);
+      ToInt8Dithered(in, *dither_seed, bytes, scales);
     } else {
-      ToInt8(values, bytes, scales);
+      ToInt8(in, bytes, scales);
     }
   }
   return out;
 }
 
 Status Widen(const NarrowedView& view, float* out, const std::string& what) {
+  const size_t whole = 0;
+  return WidenRows(view, {&whole, 1}, view.size(), out, what);
+}
+
+Status WidenRows(const NarrowedView& view, std::span<const size_t> positions,
+                 size_t dim, float* out, const std::string& what) {
   if (view.bf16 != nullptr) {
-    FromBf16({view.bf16->data(), view.bf16->size()}, out);
+    for (size_t i = 0; i < positions.size(); ++i) {
+      FromBf16({view.bf16->data() + i * dim, dim}, out + positions[i] * dim);
+    }
     return Status::Ok();
   }
   if (view.q8 == nullptr) return Status::Ok();
@@ -57,7 +89,10 @@ Status Widen(const NarrowedView& view, float* out, const std::string& what) {
                            " scales, not " + std::to_string(want));
   }
   if (want == 0) return Status::Ok();  // no values, and so no scales
-  FromInt8({view.q8->data(), view.q8->size()}, view.q8_scale->data(), out);
+  for (size_t i = 0; i < positions.size(); ++i) {
+    FromInt8({view.q8->data() + i * dim, dim}, view.q8_scale->data(),
+             out + positions[i] * dim, i * dim);
+  }
   return Status::Ok();
 }
 

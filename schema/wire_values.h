@@ -42,6 +42,15 @@ NarrowedValues AddNarrowed(flatbuffers::FlatBufferBuilder& fbb,
                            std::span<const float> values, WireDtype dtype,
                            const uint32_t* dither_seed = nullptr);
 
+// The same for the rows of a sparse tensor picked by `positions`, one
+// after another as if gathered: row i is values[positions[i] * dim, +dim).
+// bf16 narrows each row straight into the frame; int8 gathers them first,
+// since its groups of 256 cross rows.
+NarrowedValues AddNarrowedRows(flatbuffers::FlatBufferBuilder& fbb,
+                               std::span<const float> values,
+                               std::span<const size_t> positions, size_t dim,
+                               WireDtype dtype, const uint32_t* dither_seed);
+
 // Narrowed values as a frame carries them; null where absent.
 struct NarrowedView {
   const flatbuffers::Vector<uint16_t>* bf16 = nullptr;
@@ -58,5 +67,11 @@ struct NarrowedView {
 // Widens `view` (its size() values) into `out`. kInvalidArgument, naming
 // `what`, if int8 values come without one scale per 256 of them.
 Status Widen(const NarrowedView& view, float* out, const std::string& what);
+
+// The same for rows of `dim` values: row i of `view` is widened straight
+// into out[positions[i] * dim, +dim). view.size() must be
+// positions.size() * dim (the caller checks).
+Status WidenRows(const NarrowedView& view, std::span<const size_t> positions,
+                 size_t dim, float* out, const std::string& what);
 
 }  // namespace tether

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "schema/float_bits.h"
 #include "schema/vector_clones.h"
 
 #if defined(__x86_64__)
@@ -22,17 +23,6 @@ namespace tether {
 
 namespace {
 
-// |x|'s bits: for magnitudes, unsigned order is the order of the floats,
-// and Inf and NaN come above every finite value (0x7f800000 and up).
-[[gnu::always_inline]] inline uint32_t AbsBits(float x) {
-  return std::bit_cast<uint32_t>(x) & 0x7fffffffu;
-}
-
-// 1 when `x` is Inf or NaN (every exponent bit set), else 0.
-[[gnu::always_inline]] inline uint32_t NonFinite(float x) {
-  return static_cast<uint32_t>(AbsBits(x) >= 0x7f800000u);
-}
-
 // The largest AbsBits of x[0..n).
 [[gnu::always_inline]] inline uint32_t MaxAbsBits(size_t n,
                                                   const float* __restrict x) {
@@ -43,7 +33,7 @@ namespace {
 
 // The magnitude whose bits are `bits`, any NaN's taken as +Inf.
 float MagnitudeOf(uint32_t bits) {
-  return std::bit_cast<float>(std::min(bits, 0x7f800000u));
+  return std::bit_cast<float>(std::min(bits, kInfinityBits));
 }
 
 }  // namespace
@@ -352,8 +342,8 @@ TETHER_VECTOR_CLONES bool Optimizer::Apply(std::span<float> weights,
             return 0;
           }) != 0;
   if (refused) return false;
-  // Never above 0x7f800000 once proven: Inf, not a NaN's bits, if ever.
-  assert(top < 0x7f800000u);
+  // Never above kInfinityBits once proven: Inf, not a NaN's bits, if ever.
+  assert(top < kInfinityBits);
   if (bound != nullptr) *bound = MagnitudeOf(top);
   return true;
 }

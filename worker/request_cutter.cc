@@ -148,25 +148,21 @@ OutFrame PushRowsFrame(uint64_t request, uint32_t table, int64_t read_clock,
   if (provide) dtype = WireDtype::kF32;  // initial values travel exact
   auto fbb = MakeBuilder(256 + part.keys.size() * 8 + n * WireBytes(dtype));
   auto keys_offset = fbb.CreateVector(part.keys);
-  // The rows one after another, in the frame as f32 or else gathered to be
-  // narrowed.
-  std::vector<float> gathered;
-  float* rows = nullptr;
+  // The rows one after another: copied into the frame as f32, or narrowed.
   flatbuffers::Offset<flatbuffers::Vector<float>> rows_offset;
   if (dtype == WireDtype::kF32) {
+    float* rows = nullptr;
     rows_offset = fbb.CreateUninitializedVector(n, &rows);
-  } else {
-    gathered.resize(n);
-    rows = gathered.data();
-  }
-  for (size_t i = 0; i < part.positions.size(); ++i) {
-    std::memcpy(rows + i * dim, values.data() + part.positions[i] * dim,
-                dim * sizeof(float));
+    for (size_t i = 0; i < part.positions.size(); ++i) {
+      std::memcpy(rows + i * dim, values.data() + part.positions[i] * dim,
+                  dim * sizeof(float));
+    }
   }
   const uint32_t seed =
       Int8Seed(table, part.keys.empty() ? 0 : part.keys.front() ^ request,
                static_cast<uint64_t>(read_clock));
-  const NarrowedValues narrow = AddNarrowed(fbb, gathered, dtype, &seed);
+  const NarrowedValues narrow =
+      AddNarrowedRows(fbb, values, part.positions, dim, dtype, &seed);
   wire::PushBuilder pb(fbb);
   pb.add_request_id(request);
   pb.add_tensor(table);
@@ -232,16 +228,12 @@ Status CopyPulledRows(const wire::PullReply& reply,
   if (got != positions.size() * dim) {
     return ProtocolError("row pull answered with the wrong rows");
   }
-  const float* rows = reply.rows() != nullptr ? reply.rows()->data() : nullptr;
-  std::vector<float> wide;
-  if (rows == nullptr) {
-    wide.resize(got);
-    Status s = Widen(narrow, wide.data(), "row pull reply");
-    if (!s.ok()) return ProtocolError(s.message());
-    rows = wide.data();
+  if (reply.rows() == nullptr) {
+    Status s = WidenRows(narrow, positions, dim, out.data(), "row pull reply");
+    return s.ok() ? s : ProtocolError(s.message());
   }
   for (size_t i = 0; i < positions.size(); ++i) {
-    std::memcpy(out.data() + positions[i] * dim, rows + i * dim,
+    std::memcpy(out.data() + positions[i] * dim, reply.rows()->data() + i * dim,
                 dim * sizeof(float));
   }
   return Status::Ok();

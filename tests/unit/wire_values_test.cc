@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "schema/int8.h"
@@ -207,6 +209,72 @@ TEST(WireValues, Int8WithoutItsScalesIsRefusedNamingWhat) {
   const auto* none =
       flatbuffers::GetRoot<flatbuffers::Vector<int8_t>>(efb.GetBufferPointer());
   EXPECT_TRUE(Widen({nullptr, none, nullptr}, out.data(), "rows").ok());
+}
+
+// A narrowed vector's values, as a frame being built holds them.
+template <typename T>
+std::vector<T> Held(flatbuffers::FlatBufferBuilder& fbb,
+                    flatbuffers::Offset<flatbuffers::Vector<T>> offset) {
+  if (offset.IsNull()) return {};
+  const auto* v = flatbuffers::GetTemporaryPointer(fbb, offset);
+  return {v->begin(), v->end()};
+}
+
+// Sparse rows go narrowed and widened row by row, straight from and to
+// their positions: the bytes are those of the rows gathered first, and
+// each row comes back to its own position, whether or not int8's groups
+// of 256 cross rows.
+TEST(WireValues, RowsNarrowAndWidenAsTheirValuesGatheredWould) {
+  for (const size_t dim : {size_t{100}, size_t{256}, size_t{1}}) {
+    const size_t rows = 8;
+    const std::vector<float> values = Mixed(rows * dim);
+    const std::vector<size_t> positions = {7, 2, 5, 0, 3};
+    std::vector<float> gathered;
+    for (size_t p : positions) {
+      gathered.insert(gathered.end(), values.begin() + p * dim,
+                      values.begin() + (p + 1) * dim);
+    }
+    const uint32_t seed = 99;
+    for (const WireDtype dtype : {WireDtype::kBf16, WireDtype::kInt8}) {
+      SCOPED_TRACE(std::to_string(dim) +
+                   (dtype == WireDtype::kBf16 ? " bf16" : " int8"));
+      flatbuffers::FlatBufferBuilder a;
+      flatbuffers::FlatBufferBuilder b;
+      const NarrowedValues by_row =
+          AddNarrowedRows(a, values, positions, dim, dtype, &seed);
+      const NarrowedValues whole = AddNarrowed(b, gathered, dtype, &seed);
+      ASSERT_EQ(Held(a, by_row.bf16), Held(b, whole.bf16));
+      ASSERT_EQ(Held(a, by_row.q8), Held(b, whole.q8));
+      ASSERT_EQ(Held(a, by_row.q8_scale), Held(b, whole.q8_scale));
+
+      const auto view = [](flatbuffers::FlatBufferBuilder& fbb,
+                           const NarrowedValues& v) {
+        NarrowedView out;
+        if (!v.bf16.IsNull())
+          out.bf16 = flatbuffers::GetTemporaryPointer(fbb, v.bf16);
+        if (!v.q8.IsNull()) {
+          out.q8 = flatbuffers::GetTemporaryPointer(fbb, v.q8);
+          out.q8_scale = flatbuffers::GetTemporaryPointer(fbb, v.q8_scale);
+        }
+        return out;
+      };
+      std::vector<float> wide(gathered.size());
+      ASSERT_TRUE(Widen(view(b, whole), wide.data(), "rows").ok());
+      const float untouched = -7.0f;
+      std::vector<float> out(values.size(), untouched);
+      ASSERT_TRUE(
+          WidenRows(view(a, by_row), positions, dim, out.data(), "rows").ok());
+      for (size_t r = 0; r < rows; ++r) {
+        const auto at = std::find(positions.begin(), positions.end(), r);
+        for (size_t j = 0; j < dim; ++j) {
+          const float want = at == positions.end()
+                                 ? untouched
+                                 : wide[(at - positions.begin()) * dim + j];
+          ASSERT_EQ(out[r * dim + j], want) << "row " << r << " value " << j;
+        }
+      }
+    }
+  }
 }
 
 TEST(WireValues, ParseWireDtypeNamesTheFlag) {
