@@ -1,6 +1,7 @@
 """tether.Client against real shards: exact values, the staleness bound,
 bad buffers refused before anything is sent, Ctrl-C in a held pull."""
 
+import contextlib
 import pathlib
 import re
 import signal
@@ -347,14 +348,21 @@ def bf16(x):
         torch.bfloat16).to(torch.float32).numpy()
 
 
+@contextlib.contextmanager
+def narrow_and_exact(run, wire_dtype):
+    """Two observers of `run`: one with `wire_dtype` on the wire, one f32."""
+    with tether.Client(run.coordinator, observer=True,
+                       wire_dtype=wire_dtype) as narrow, \
+            tether.Client(run.coordinator, observer=True) as exact:
+        yield narrow, exact
+
+
 def test_wire_dtype_bf16_rounds_once_and_shards_keep_f32(cluster):
     """A bf16 client's gradients are applied in f32 after one rounding (as
     torch rounds to bfloat16), and its pulls are the f32 weights rounded."""
     run = cluster(shards=2, workers=0, flags=["--block-size", "4"] + SGD)
     rng = np.random.default_rng(3)
-    with tether.Client(run.coordinator, observer=True,
-                       wire_dtype="bf16") as half, \
-            tether.Client(run.coordinator, observer=True) as exact:
+    with narrow_and_exact(run, "bf16") as (half, exact):
         for c in (half, exact):
             c.define_tensor("w", (3, 5))
             c.define_table("emb", 2)
@@ -381,9 +389,7 @@ def test_wire_dtype_int8_is_within_a_step_and_shards_keep_f32(cluster):
     the nearest step of their own grid (one group: 64 values)."""
     run = cluster(shards=1, workers=0, flags=["--block-size", "64"] + SGD)
     rng = np.random.default_rng(4)
-    with tether.Client(run.coordinator, observer=True,
-                       wire_dtype="int8") as narrow, \
-            tether.Client(run.coordinator, observer=True) as exact:
+    with narrow_and_exact(run, "int8") as (narrow, exact):
         for c in (narrow, exact):
             c.define_tensor("w", (4, 16))
         grad = rng.standard_normal((4, 16)).astype(np.float32)

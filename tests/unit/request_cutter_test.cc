@@ -312,6 +312,16 @@ std::pair<Frame, double> FourBlockPush(const std::vector<float>& grad,
   return {Receive(out), fraction};
 }
 
+// Two rows of 2 (keys 7 and 9, from positions 1 and 0 of kTwoRows), pushed
+// as `dtype`, as received: the frame holds them in request order.
+const std::vector<float> kTwoRows = {0.1f, 0.2f, 1.1f, 1.2f};
+const KeyPart kTwoRowsPart{0, {7, 9}, {1, 0}};
+
+Frame TwoRowPush(WireDtype dtype, bool provide = false) {
+  return Receive(
+      PushRowsFrame(1, 0, -1, provide, kTwoRowsPart, 2, kTwoRows, dtype));
+}
+
 TEST(RequestCutter, Bf16PushFrameCarriesHalfTheBytes) {
   std::vector<float> grad(4096);
   for (size_t i = 0; i < grad.size(); ++i) grad[i] = 1.0f + i * 1e-4f;
@@ -325,10 +335,7 @@ TEST(RequestCutter, Bf16PushFrameCarriesHalfTheBytes) {
     ASSERT_EQ(b2->bf16()->Get(i), ToBf16(grad[2048 + i])) << i;
   }
   // Rows too.
-  const std::vector<float> values = {0.1f, 0.2f, 1.1f, 1.2f};
-  KeyPart part{0, {7, 9}, {1, 0}};
-  Frame rows = Receive(
-      PushRowsFrame(1, 0, -1, false, part, 2, values, WireDtype::kBf16));
+  Frame rows = TwoRowPush(WireDtype::kBf16);
   const wire::Push* row_push = rows.message()->body_as_Push();
   EXPECT_EQ(row_push->rows(), nullptr);
   ASSERT_NE(row_push->rows_bf16(), nullptr);
@@ -336,7 +343,7 @@ TEST(RequestCutter, Bf16PushFrameCarriesHalfTheBytes) {
                                   row_push->rows_bf16()->end()),
             (std::vector<uint16_t>{ToBf16(1.1f), ToBf16(1.2f), ToBf16(0.1f),
                                    ToBf16(0.2f)}));
-  Frame pull = Receive(PullRowsFrame(2, 0, part, WireDtype::kBf16));
+  Frame pull = Receive(PullRowsFrame(2, 0, kTwoRowsPart, WireDtype::kBf16));
   EXPECT_TRUE(pull.message()->body_as_Pull()->bf16());
   const std::vector<uint32_t> blocks = {0, 1, 2, 3};
   Frame dense_pull = Receive(PullBlocksFrame(2, 7, blocks, WireDtype::kBf16));
@@ -364,10 +371,7 @@ TEST(RequestCutter, Int8PushFrameCarriesAboutAQuarterOfTheBytes) {
     ASSERT_NEAR(b2->q8()->Get(i) * step, grad[2048 + i], step) << i;
   }
   // Rows: gathered in request order, then one set of groups.
-  const std::vector<float> values = {0.1f, 0.2f, 1.1f, 1.2f};
-  KeyPart part{0, {7, 9}, {1, 0}};
-  Frame rows = Receive(
-      PushRowsFrame(1, 0, -1, false, part, 2, values, WireDtype::kInt8));
+  Frame rows = TwoRowPush(WireDtype::kInt8);
   const wire::Push* row_push = rows.message()->body_as_Push();
   EXPECT_EQ(row_push->rows(), nullptr);
   ASSERT_NE(row_push->rows_q8(), nullptr);
@@ -378,7 +382,7 @@ TEST(RequestCutter, Int8PushFrameCarriesAboutAQuarterOfTheBytes) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_NEAR(row_push->rows_q8()->Get(i) * step, want[i], step) << i;
   }
-  EXPECT_TRUE(Receive(PullRowsFrame(2, 0, part, WireDtype::kInt8))
+  EXPECT_TRUE(Receive(PullRowsFrame(2, 0, kTwoRowsPart, WireDtype::kInt8))
                   .message()
                   ->body_as_Pull()
                   ->int8());
@@ -393,8 +397,6 @@ TEST(RequestCutter, Int8PushFrameCarriesAboutAQuarterOfTheBytes) {
 TEST(RequestCutter, InitialValuesTravelExactWhateverTheWireDtype) {
   std::vector<float> grad(2048);
   for (size_t i = 0; i < grad.size(); ++i) grad[i] = 1.0f + i * 1e-4f;
-  const std::vector<float> values = {0.1f, 0.2f, 1.1f, 1.2f};
-  KeyPart part{0, {7, 9}, {1, 0}};
   for (WireDtype dtype : {WireDtype::kBf16, WireDtype::kInt8}) {
     Frame dense =
         Receive(PushBlocksFrame(1, 7, -1, true, {0, 1}, 1024, grad, dtype));
@@ -404,7 +406,7 @@ TEST(RequestCutter, InitialValuesTravelExactWhateverTheWireDtype) {
     ASSERT_NE(b1->values(), nullptr);
     EXPECT_EQ(std::vector<float>(b1->values()->begin(), b1->values()->end()),
               std::vector<float>(grad.begin() + 1024, grad.end()));
-    Frame rows = Receive(PushRowsFrame(1, 0, -1, true, part, 2, values, dtype));
+    Frame rows = TwoRowPush(dtype, /*provide=*/true);
     const wire::Push* row_push = rows.message()->body_as_Push();
     EXPECT_EQ(row_push->rows_bf16(), nullptr);
     EXPECT_EQ(row_push->rows_q8(), nullptr);
