@@ -14,7 +14,6 @@
 // state with none (training makes them; the shard takes them as zero):
 //   "apply_subnormal GB/s X a tenth subnormal | GB/s Y none | ratio R".
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <vector>
@@ -26,22 +25,7 @@
 namespace {
 
 using tether::ParamStore;
-
-// Seconds `round()` takes, the median of `rounds` after one untimed.
-template <typename Round>
-double MedianSeconds(int rounds, Round round) {
-  std::vector<double> times;
-  for (int r = 0; r <= rounds; ++r) {
-    auto start = std::chrono::steady_clock::now();
-    round();
-    if (r > 0) {
-      times.push_back(std::chrono::duration<double>(
-                          std::chrono::steady_clock::now() - start)
-                          .count());
-    }
-  }
-  return tether::bench::Summarize(times).median;
-}
+using tether::bench::MedianSeconds;
 
 // Seconds per round of pushes applied, as MedianSeconds.
 double Time(tether::OptimizerOptions optimizer, uint64_t floats, int threads,
