@@ -35,8 +35,9 @@ NarrowedValues AddNarrowedRows(flatbuffers::FlatBufferBuilder& fbb,
   if (dtype == WireDtype::kBf16) {
     uint16_t* half = nullptr;
     out.bf16 = fbb.CreateUninitializedVector(n, &half);
-    for (size_t i = 0; i < positions.size(); ++i)
+    for (size_t i = 0; i < positions.size(); ++i) {
       ToBf16(row(i), half + i * dim);
+    }
   } else if (dtype == WireDtype::kInt8) {
     std::vector<float> gathered;
     std::span<const float> in = gathered;
