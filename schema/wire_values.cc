@@ -25,6 +25,13 @@ NarrowedValues AddNarrowed(flatbuffers::FlatBufferBuilder& fbb,
                          dither_seed);
 }
 
+void GatherRows(std::span<const float> values,
+                std::span<const size_t> positions, size_t dim, float* out) {
+  for (size_t i = 0; i < positions.size(); ++i) {
+    std::copy_n(values.data() + positions[i] * dim, dim, out + i * dim);
+  }
+}
+
 NarrowedValues AddNarrowedRows(flatbuffers::FlatBufferBuilder& fbb,
                                std::span<const float> values,
                                std::span<const size_t> positions, size_t dim,
@@ -45,9 +52,7 @@ NarrowedValues AddNarrowedRows(flatbuffers::FlatBufferBuilder& fbb,
       in = row(0);
     } else {
       gathered.resize(n);
-      for (size_t i = 0; i < positions.size(); ++i) {
-        std::copy_n(row(i).data(), dim, gathered.data() + i * dim);
-      }
+      GatherRows(values, positions, dim, gathered.data());
       in = gathered;
     }
     // Both vectors are made first and found again by offset: making the

@@ -51,6 +51,11 @@ NarrowedValues AddNarrowedRows(flatbuffers::FlatBufferBuilder& fbb,
                                std::span<const size_t> positions, size_t dim,
                                WireDtype dtype, const uint32_t* dither_seed);
 
+// Copies the rows of `values` picked by `positions` to `out`, one after
+// another: row i (values[positions[i] * dim, +dim)) to out[i * dim, +dim).
+void GatherRows(std::span<const float> values,
+                std::span<const size_t> positions, size_t dim, float* out);
+
 // Narrowed values as a frame carries them; null where absent.
 struct NarrowedView {
   const flatbuffers::Vector<uint16_t>* bf16 = nullptr;

@@ -153,10 +153,7 @@ OutFrame PushRowsFrame(uint64_t request, uint32_t table, int64_t read_clock,
   if (dtype == WireDtype::kF32) {
     float* rows = nullptr;
     rows_offset = fbb.CreateUninitializedVector(n, &rows);
-    for (size_t i = 0; i < part.positions.size(); ++i) {
-      std::memcpy(rows + i * dim, values.data() + part.positions[i] * dim,
-                  dim * sizeof(float));
-    }
+    GatherRows(values, part.positions, dim, rows);
   }
   const uint32_t seed =
       Int8Seed(table, part.keys.empty() ? 0 : part.keys.front() ^ request,
