@@ -1,7 +1,10 @@
 """PyTorch baseline for tools/bench/mlp_vs_pytorch: the same MLP
 (784-256-128-10, ReLU), batch, optimizer (Adam, lr 1e-3) and thread count as
 one tether worker, on Fashion-MNIST from the Debian package. Prints
-"pytorch samples/s X" for one epoch of training steps (data in memory)."""
+"pytorch samples/s X blas PATH" for one epoch of training steps (data in
+memory), PATH the libblas.so.3 this process multiplied through (Debian's
+torch calls whichever the libblas.so.3 alternative, or LD_LIBRARY_PATH,
+names: OpenBLAS or the reference BLAS of libblas3)."""
 import ctypes
 import gzip
 import struct
@@ -22,6 +25,15 @@ def load(kind):
         f.read(8)
         y = np.frombuffer(f.read(), np.uint8)
     return torch.tensor(x, dtype=torch.float32) / 255.0, torch.tensor(y, dtype=torch.int64)
+
+
+def blas_loaded():
+    """The file of the libblas.so.3 mapped into this process."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "libblas.so" in line:
+                return line.split()[-1]
+    return "none"
 
 
 def main():
@@ -49,7 +61,7 @@ def main():
         loss.backward()
         opt.step()
     secs = time.perf_counter() - start
-    print(f"pytorch samples/s {x.shape[0] / secs:.0f}")
+    print(f"pytorch samples/s {x.shape[0] / secs:.0f} blas {blas_loaded()}")
 
 
 if __name__ == "__main__":
