@@ -103,6 +103,29 @@ std::string HostPort::ToString() const {
   return host + ":" + std::to_string(port);
 }
 
+Result<std::vector<int>> ParseWidths(const std::string& text,
+                                     const std::string& flag) {
+  std::vector<int> widths;
+  if (text.empty()) return widths;
+  for (size_t begin = 0;;) {
+    const size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string part = text.substr(begin, comma - begin);
+    char* end = nullptr;
+    const long w = std::strtol(part.c_str(), &end, 10);
+    const bool digits = !part.empty() && std::isdigit(uint8_t(part[0]));
+    if (!digits || *end != '\0' || w < 1 || w > 1 << 20) {
+      std::string message = flag;
+      message += ": expected widths like 256,128, got '";
+      message += text;
+      message += "'";
+      return InvalidArgument(message);
+    }
+    widths.push_back(static_cast<int>(w));
+    if (comma == text.size()) return widths;
+    begin = comma + 1;
+  }
+}
+
 Result<HostPort> ParseHostPort(const std::string& text, const std::string& what,
                                bool allow_zero_port) {
   auto colon = text.rfind(':');

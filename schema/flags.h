@@ -28,6 +28,11 @@ struct HostPort {
 Result<HostPort> ParseHostPort(const std::string& text, const std::string& what,
                                bool allow_zero_port = false);
 
+// Parses layer widths written "256,128" (each 1 to 2^20; "" is none).
+// Errors name `flag` and quote `text`.
+Result<std::vector<int>> ParseWidths(const std::string& text,
+                                     const std::string& flag);
+
 // `value` as the shortest text that reads back as the same double
 // ("0.001", "1e-07", "3"): for numbers one tool hands to another process,
 // where std::to_string would round 1e-7 to "0.000000".

@@ -81,6 +81,9 @@ struct UpOptions {
   bool prefetch_with_push = false;  // --prefetch-with-push, to every worker
   int staleness = 3;
   std::string model = "mlp";
+  // --hidden: the MLP's layer widths, given to every tether-worker; empty:
+  // the worker's default.
+  std::string hidden;
   // FILE.py:CLASS: workers are `python3 -m tether.worker` training this
   // PyTorch module instead of tether-worker's built-in --model.
   std::string python_model;
@@ -155,6 +158,7 @@ const std::vector<RunFlag>& RunFlags() {
     }
     const std::vector<RunFlag> own = {
         {"model", true, [](auto& o) { return o.model; }},
+        {"hidden", true, [](auto& o) { return o.hidden; }},
         {"python-model", true, [](auto& o) { return o.python_model; }},
         {"model-args", true, [](auto& o) { return o.model_args; }},
         {"slow", false, [](auto& o) { return std::to_string(o.slow); }},
@@ -379,7 +383,13 @@ Status Launcher::StartShards() {
 
 std::vector<std::string> Launcher::WorkerCommand() const {
   if (o_.python_model.empty()) {
-    return {bin_ + "/tether-worker", "--model", o_.model};
+    std::vector<std::string> argv = {bin_ + "/tether-worker", "--model",
+                                     o_.model};
+    if (!o_.hidden.empty()) {
+      argv.push_back("--hidden");
+      argv.push_back(o_.hidden);
+    }
+    return argv;
   }
   std::vector<std::string> argv = PythonCommand();
   for (const char* s : {"-m", "tether.worker", "--model"}) {
@@ -617,7 +627,10 @@ int Launcher::Run() {
       "tether-up: %d shards, %d workers (%d slowed %.1fx), staleness %d, "
       "model %s on %s, %d epochs, %s\nlogs: %s\n",
       o_.run.num_shards, o_.run.num_workers, o_.slow, o_.slowdown, o_.staleness,
-      (o_.python_model.empty() ? o_.model : o_.python_model).c_str(),
+      (!o_.python_model.empty() ? o_.python_model
+       : o_.hidden.empty()      ? o_.model
+                                : o_.model + " " + o_.hidden)
+          .c_str(),
       o_.data.c_str(), o_.epochs,
       o_.chunk_rows > 0
           ? ("chunks of " + std::to_string(o_.chunk_rows) + " rows").c_str()
@@ -843,6 +856,9 @@ void BindFlags(FlagParser& p, UpOptions& o) {
   p.AddDouble("slowdown", &o.slowdown, "how many times slower they are");
   p.AddInt("staleness", &o.staleness, "SSP bound (0 BSP, -1 async)");
   p.AddString("model", &o.model, "softmax, mlp or sparse-lr");
+  p.AddString("hidden", &o.hidden,
+              "--model mlp: its hidden layer widths, e.g. 512,256 "
+              "(tether-worker --hidden); default: the worker's, 256,128");
   p.AddString("python-model", &o.python_model,
               "FILE.py:CLASS: workers train this PyTorch module with "
               "`python3 -m tether.worker` (the tether package)");
@@ -1068,6 +1084,7 @@ std::optional<int> TakeManifest(UpOptions* o) {
       number("chunk_rows", &o->chunk_rows);
       number("eval_every", &o->eval_every);
       text("model", &o->model);
+      text("hidden", &o->hidden);
       text("data", &o->data);
     }
     const boost::json::value* files = part->if_contains("data_files");
@@ -1218,6 +1235,19 @@ int Main(int argc, char** argv) {
       !dtype.ok()) {
     std::cerr << "tether-up: " << dtype.status().message() << "\n";
     return 2;
+  }
+  if (!o.hidden.empty()) {
+    Status widths = tether::ParseWidths(o.hidden, "--hidden").status();
+    if (widths.ok() && (o.model != "mlp" || !o.python_model.empty())) {
+      widths = InvalidArgument(
+          "--hidden: sets the widths of --model mlp, not of " +
+          (o.python_model.empty() ? "--model " + o.model
+                                  : "--python-model " + o.python_model));
+    }
+    if (!widths.ok()) {
+      std::cerr << "tether-up: " << widths.message() << "\n";
+      return 2;
+    }
   }
   if (o.chunk_rows < -1) {
     std::cerr << "tether-up: --chunk-rows " << o.chunk_rows

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <sstream>
 
+#include "schema/flags.h"
 #include "schema/log.h"
 #include "schema/tls.h"
 #include "schema/wire_values.h"
@@ -23,22 +23,6 @@
 
 namespace tether {
 namespace {
-
-Result<std::vector<int>> ParseWidths(const std::string& text) {
-  std::vector<int> widths;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, ',')) {
-    char* end = nullptr;
-    long w = std::strtol(part.c_str(), &end, 10);
-    if (part.empty() || *end != '\0' || w < 1 || w > 1 << 20) {
-      return InvalidArgument("--hidden: expected widths like 256,128, got '" +
-                             text + "'");
-    }
-    widths.push_back(static_cast<int>(w));
-  }
-  return widths;
-}
 
 // "fashion-mnist" (the train or test split) or "IMAGES,LABELS".
 Result<DenseDataset> LoadDense(const std::string& spec, bool train,
@@ -252,7 +236,7 @@ Status CheckTrainerOptions(const TrainerOptions& o) {
     return InvalidArgument("--model: unknown '" + o.model +
                            "' (expected softmax, mlp or sparse-lr)");
   }
-  TETHER_RETURN_IF_ERROR(ParseWidths(o.hidden).status());
+  TETHER_RETURN_IF_ERROR(ParseWidths(o.hidden, "--hidden").status());
   if (o.evaluate_only && o.test_data.empty() && o.data != "fashion-mnist") {
     return InvalidArgument("--evaluate-only: needs --test-data");
   }
@@ -306,7 +290,7 @@ Status RunTrainer(const TrainerOptions& o) {
     return TrainThenLeave(*client,
                           [&] { return RunSparseTrainer(o, *client); });
   }
-  TETHER_ASSIGN_OR_RETURN(auto hidden, ParseWidths(o.hidden));
+  TETHER_ASSIGN_OR_RETURN(auto hidden, ParseWidths(o.hidden, "--hidden"));
   std::string test_spec = o.test_data;
   if (test_spec.empty() && o.data == "fashion-mnist") test_spec = o.data;
   std::optional<DenseDataset> test;

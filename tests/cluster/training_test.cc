@@ -188,9 +188,34 @@ TEST(Training, LauncherOverlapStepsReachesEveryWorkerAndTheTarget) {
                                     {"--model", "mlp"});
 }
 
+// With --hidden too: every worker trains an MLP of those widths.
 TEST(Training, LauncherPrefetchWithPushReachesEveryWorkerAndTheTarget) {
-  ExpectLauncherRunReaches80Percent("--prefetch-with-push", {"--epochs", "3"},
-                                    {"--model", "mlp"});
+  ExpectLauncherRunReaches80Percent("--prefetch-with-push",
+                                    {"--epochs", "3", "--hidden", "128,64"},
+                                    {"--model", "mlp", "--hidden", "128,64"});
+}
+
+// A bad --hidden, or one for a model without hidden layers, is refused
+// before anything starts, naming the flag.
+TEST(Training, LauncherRefusesHiddenWidthsItCannotUse) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--hidden", "128,0"},
+            "--hidden: expected widths like 256,128, got '128,0'"},
+           {{"--hidden", "64", "--model", "softmax"},
+            "--hidden: sets the widths of --model mlp, not of --model "
+            "softmax"}}) {
+    std::vector<std::string> argv = {TETHER_UP_BIN};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    std::string output;
+    auto code = RunToExit(argv, &output, 10000);
+    ASSERT_TRUE(code.ok()) << code.status().ToString();
+    EXPECT_EQ(*code, 2) << output;
+    EXPECT_NE(output.find(c.says), std::string::npos) << output;
+  }
 }
 
 #ifdef TETHER_PYTHON_TEST_MODEL

@@ -243,6 +243,23 @@ TEST(NumberText, AFloatReadsBackAsTheSameFloatInItsShortestText) {
   }
 }
 
+TEST(ParseWidths, ReadsCommaSeparatedWidthsAndNamesTheFlagWhenBad) {
+  auto widths = ParseWidths("512,256,10", "--hidden");
+  ASSERT_TRUE(widths.ok()) << widths.status().ToString();
+  EXPECT_EQ(*widths, (std::vector<int>{512, 256, 10}));
+  auto none = ParseWidths("", "--hidden");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  for (const char* bad :
+       {"0", "128,", ",64", "12x", "-3", "+5", " 5", "2000000", "a"}) {
+    auto r = ParseWidths(bad, "--hidden");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().message(),
+              std::string("--hidden: expected widths like 256,128, got '") +
+                  bad + "'");
+  }
+}
+
 TEST(FlagsShortHelp, DashHIsHelpNotAPositional) {
   int port = 0;
   FlagParser parser("prog", "Runs a test program.");
