@@ -23,6 +23,15 @@
 #                            REPEAT (3) times; prints one line of medians and
 #                            ratios, TITLE first
 #   median V...              the median of the values
+#   worker_epoch NAME OPTIMIZER FLAG...
+#                            one epoch by one tether-worker (FLAG... its
+#                            model, batch, bound, ...) against a fresh
+#                            shard on loopback (OPTIMIZER, lr 0.001; log
+#                            $work/NAME.log), the shard stopped after;
+#                            prints "SAMPLES/S ACCURACY" (ACCURACY the test
+#                            accuracy in %, or - without a test set)
+#   compute_only FLAG...     the same binary's --compute-only samples/s for
+#                            one epoch (FLAG...: model, batch, threads)
 bench_setup() {
   work=$(mktemp -d /tmp/tether-bench-XXXXXX)
   pids=()
@@ -43,6 +52,30 @@ shard_address() {
   echo "tether-server (pid $pid) did not start: no $ready; the end of $log:" >&2
   tail -20 "$log" >&2
   exit 1
+}
+
+worker_epoch() {
+  local name=$1 optimizer=$2
+  shift 2
+  "$build/tether-server" --listen 127.0.0.1:0 --http off --workers 1 --optimizer "$optimizer" --lr 0.001 \
+    --ready-file "$work/$name.ready" > "$work/$name.log" 2>&1 &
+  local shard=$! addr line failed=0
+  addr=$(shard_address "$work/$name.ready" "$work/$name.log" "$shard")
+  line=$("$build/tether-worker" --coordinator "$addr" --epochs 1 --eval-every 0 --quiet "$@") || failed=$?
+  kill "$shard" 2> /dev/null || true
+  wait "$shard" 2> /dev/null || true
+  if ((failed)); then
+    echo "tether-worker $* failed (exit $failed); its shard's log: $work/$name.log" >&2
+    return "$failed"
+  fi
+  awk '{
+    acc = match($0, /test accuracy [0-9.]+%/) ? substr($0, RSTART + 14, RLENGTH - 15) : "-"
+    if (match($0, /done in [0-9.]+ s/)) printf "%.0f %s\n", 60000 / substr($0, RSTART + 8, RLENGTH - 10), acc
+  }' <<< "$line"
+}
+
+compute_only() {
+  "$build/tether-worker" --compute-only --epochs 1 "$@" | awk '/^compute-only/ {print $3}'
 }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
