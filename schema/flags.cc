@@ -109,18 +109,16 @@ Result<std::vector<int>> ParseWidths(const std::string& text,
   if (text.empty()) return widths;
   for (size_t begin = 0;;) {
     const size_t comma = std::min(text.find(',', begin), text.size());
-    const std::string part = text.substr(begin, comma - begin);
-    char* end = nullptr;
-    const long w = std::strtol(part.c_str(), &end, 10);
-    const bool digits = !part.empty() && std::isdigit(uint8_t(part[0]));
-    if (!digits || *end != '\0' || w < 1 || w > 1 << 20) {
+    int w = 0;
+    if (!ParseInteger(flag, text.substr(begin, comma - begin), &w).ok() ||
+        w < 1 || w > 1 << 20) {
       std::string message = flag;
       message += ": expected widths like 256,128, got '";
       message += text;
       message += "'";
       return InvalidArgument(message);
     }
-    widths.push_back(static_cast<int>(w));
+    widths.push_back(w);
     if (comma == text.size()) return widths;
     begin = comma + 1;
   }

@@ -175,6 +175,7 @@ Result<Frame> ReadDirectPush(int pid, const wire::Push& push,
   pb.add_read_clock(push.read_clock());
   pb.add_blocks(blocks_offset);
   pb.add_provide(push.provide());
+  pb.add_assign(push.assign());
   wire::FinishSizePrefixedMessageBuffer(
       fbb, wire::CreateMessage(fbb, wire::Body::Push, pb.Finish().Union()));
   // The builder's buffer becomes the frame: the floats are not copied again.

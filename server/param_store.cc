@@ -655,6 +655,26 @@ Status ParamStore::ProvideBlock(uint32_t tensor, uint32_t block,
   return Status::Ok();
 }
 
+Status ParamStore::AssignBlock(uint32_t tensor, uint32_t block,
+                               std::span<const float> values) {
+  TETHER_ASSIGN_OR_RETURN(Tensor * t, FindBlock(tensor, block));
+  const uint32_t len = t->BlockLen(block, block_size_);
+  if (values.size() != len) {
+    return InvalidArgument(t->What() + ": block " + std::to_string(block) +
+                           " has " + std::to_string(len) +
+                           " floats, the values assigned " +
+                           std::to_string(values.size()));
+  }
+  Block& b = t->Touch(block, block_size_, seed_, optimizer_.slots_per_weight(),
+                      values.data());
+  if (!Exclusive(b.weights_owner)) {
+    // A frame or a snapshot still reads the old values.
+    b.weights_owner.reset(new float[len]);
+  }
+  std::copy(values.begin(), values.end(), b.weights().begin());
+  return Status::Ok();
+}
+
 Status ParamStore::ProvideRows(uint32_t table, std::span<const uint64_t> keys,
                                std::span<const float> values) {
   TETHER_ASSIGN_OR_RETURN(

@@ -113,6 +113,12 @@ class ParamStore {
   // length; errors as for ReadBlock otherwise.
   Status ProvideBlock(uint32_t tensor, uint32_t block,
                       std::span<const float> values);
+  // Replaces the values of block `block` of `tensor` with `values` (the
+  // block's length, else kInvalidArgument), whatever its init and whether
+  // it had values: not a gradient, so the optimizer slots and update count
+  // stay as they are. A block a frame or snapshot shares is copied first.
+  Status AssignBlock(uint32_t tensor, uint32_t block,
+                     std::span<const float> values);
   // The same for rows of a provided table (keys.size() * dim floats).
   Status ProvideRows(uint32_t table, std::span<const uint64_t> keys,
                      std::span<const float> values);

@@ -503,7 +503,8 @@ Result<float> Shard::CheckFinite(const wire::Push& m,
   if (std::isfinite(bound)) return bound;
   const size_t bad = FirstNonFinite(values);
   return Status(Code::kNonFinite,
-                "push to tensor '" + store_.NameOf(m.tensor()) + "'" + part +
+                (m.assign() ? "assign to tensor '" : "push to tensor '") +
+                    store_.NameOf(m.tensor()) + "'" + part +
                     " (read at clock " + std::to_string(m.read_clock()) +
                     ") holds " + (std::isnan(values[bad]) ? "NaN" : "Inf") +
                     " at element " + std::to_string(first_index + bad) +
@@ -597,7 +598,8 @@ Result<flatbuffers::DetachedBuffer> WidenPush(const wire::Push& m) {
   TETHER_ASSIGN_OR_RETURN(Floats rows,
                           widen(m.rows(), rows_narrowed, "sparse push"));
   fbb.Finish(wire::CreatePush(fbb, m.request_id(), m.tensor(), m.read_clock(),
-                              blocks, keys, rows, m.sparse(), m.provide()));
+                              blocks, keys, rows, m.sparse(), m.provide(), 0, 0,
+                              0, m.assign()));
   return fbb.Release();
 }
 
@@ -627,8 +629,8 @@ void Shard::OnPush(const PeerInfo& peer, const wire::Push& m,
     lock.Unlock();
     return conn.Send(MakeErrorFrame(m.request_id(), s));
   }
-  if (m.provide()) {
-    s = ProvideLocked(m);
+  if (m.provide() || m.assign()) {
+    s = m.provide() ? ProvideLocked(m) : AssignLocked(m);
     lock.Unlock();
     if (!s.ok()) return conn.Send(MakeErrorFrame(m.request_id(), s));
     flatbuffers::FlatBufferBuilder fbb(64);
@@ -708,6 +710,18 @@ Status Shard::ProvideLocked(const wire::Push& m) {
     }
   }
   return s;
+}
+
+Status Shard::AssignLocked(const wire::Push& m) {
+  if (m.sparse()) {
+    return InvalidArgument("assign to table '" + store_.NameOf(m.tensor()) +
+                           "': only dense tensors take assigned values");
+  }
+  for (const ParamStore::BlockGrad& block : block_grads_) {
+    TETHER_RETURN_IF_ERROR(
+        store_.AssignBlock(m.tensor(), block.block, block.grad));
+  }
+  return Status::Ok();
 }
 
 void Shard::CountNonFiniteLocked(const PeerInfo& peer, const Status& s) {

@@ -206,6 +206,9 @@ class Shard {
   // Writes a provided tensor's initial values (m.provide(), already
   // checked) where there are none yet.
   Status ProvideLocked(const wire::Push& m) TETHER_REQUIRES(mu_);
+  // Replaces the blocks' values with m's (m.assign(), already checked into
+  // block_grads_): no optimizer, no staleness.
+  Status AssignLocked(const wire::Push& m) TETHER_REQUIRES(mu_);
   void OnClock(const PeerInfo& peer, const wire::Clock& m, Connection& conn)
       TETHER_EXCLUDES(mu_);
   void OnReport(const PeerInfo& peer, const wire::WorkerReport& m,

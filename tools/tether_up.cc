@@ -623,18 +623,16 @@ void Launcher::StopAll() {
 }
 
 int Launcher::Run() {
+  std::string model = o_.python_model.empty() ? o_.model : o_.python_model;
+  if (!o_.hidden.empty()) model += " " + o_.hidden;
+  const std::string rows =
+      o_.chunk_rows > 0 ? "chunks of " + std::to_string(o_.chunk_rows) + " rows"
+                        : "fixed shares";
   std::printf(
       "tether-up: %d shards, %d workers (%d slowed %.1fx), staleness %d, "
       "model %s on %s, %d epochs, %s\nlogs: %s\n",
       o_.run.num_shards, o_.run.num_workers, o_.slow, o_.slowdown, o_.staleness,
-      (!o_.python_model.empty() ? o_.python_model
-       : o_.hidden.empty()      ? o_.model
-                                : o_.model + " " + o_.hidden)
-          .c_str(),
-      o_.data.c_str(), o_.epochs,
-      o_.chunk_rows > 0
-          ? ("chunks of " + std::to_string(o_.chunk_rows) + " rows").c_str()
-          : "fixed shares",
+      model.c_str(), o_.data.c_str(), o_.epochs, rows.c_str(),
       o_.log_dir.c_str());
   if (!WriteSummary("starting", nullptr).ok()) return 1;
   Status s = Status::Ok();

@@ -29,6 +29,7 @@ using client_internal::KeyPart;
 using client_internal::PullBlocksFrame;
 using client_internal::PullRowsFrame;
 using client_internal::PushBlocksFrame;
+using client_internal::PushKind;
 using client_internal::PushRowsFrame;
 using client_internal::TensorMeta;
 using client_internal::WelcomeInfo;
@@ -149,15 +150,14 @@ struct Client::Impl {
   // How values travel (ClientOptions::wire_dtype).
   WireDtype dtype() const { return options.wire_dtype; }
 
-  // Sends the part of a dense push (or provide) of `grad` to `shard` that
-  // holds `blocks`; its answer finishes `fanout`. `direct`: the floats are
-  // named by address (PushBlocksFrame); should the shard not take that
-  // (kProtocol: it cannot read this process), the part goes again with
-  // its floats, and so do later pushes to that shard until an answer
-  // says it reads them. The highest staleness acknowledged is kept in
-  // `max_staleness`.
+  // Sends the part of a dense push (or provide, or assign) of `grad` to
+  // `shard` that holds `blocks`; its answer finishes `fanout`. `direct`: the
+  // floats are named by address (PushBlocksFrame); should the shard not take
+  // that (kProtocol: it cannot read this process), the part goes again with its
+  // floats, and so do later pushes to that shard until an answer says it reads
+  // them. The highest staleness acknowledged is kept in `max_staleness`.
   void SendDensePart(int shard, uint32_t tensor, int64_t read_clock,
-                     bool provide, std::vector<uint32_t> blocks,
+                     PushKind kind, std::vector<uint32_t> blocks,
                      std::span<const float> grad,
                      std::shared_ptr<Fanout> fanout, bool direct,
                      std::atomic<int64_t>* max_staleness);
@@ -489,12 +489,24 @@ Status Client::PullWhenReady(const std::string& name, std::span<float> out,
 
 void Client::PushAsync(const std::string& name, std::span<const float> grad,
                        Callback done) {
-  PushDense(name, grad, /*provide=*/false, std::move(done));
+  PushDense(name, grad, PushKind::kGradient, std::move(done));
 }
 
 void Client::ProvideTensorAsync(const std::string& name,
                                 std::span<const float> values, Callback done) {
-  PushDense(name, values, /*provide=*/true, std::move(done));
+  PushDense(name, values, PushKind::kProvide, std::move(done));
+}
+
+void Client::AssignTensorAsync(const std::string& name,
+                               std::span<const float> values, Callback done) {
+  PushDense(name, values, PushKind::kAssign, std::move(done));
+}
+
+Status Client::AssignTensor(const std::string& name,
+                            std::span<const float> values) {
+  return Wait(*impl_, [&](Callback cb) {
+    AssignTensorAsync(name, values, std::move(cb));
+  });
 }
 
 Status Client::ProvideTensor(const std::string& name,
@@ -505,11 +517,14 @@ Status Client::ProvideTensor(const std::string& name,
 }
 
 void Client::PushDense(const std::string& name, std::span<const float> grad,
-                       bool provide, Callback done) {
+                       PushKind kind, Callback done) {
   Impl& c = *impl_;
-  auto request =
-      provide ? c.CutDense(name, "provide of", {{"values", grad.size()}})
-              : c.CutDense(name, "push to", {{"a gradient", grad.size()}});
+  const bool gradient = kind == PushKind::kGradient;
+  const char* verb = gradient                     ? "push to"
+                     : kind == PushKind::kProvide ? "provide of"
+                                                  : "assign to";
+  auto request = c.CutDense(
+      name, verb, {{gradient ? "a gradient" : "values", grad.size()}});
   if (!request.ok()) return done(request.status());
   int64_t read_clock = c.options.observer ? -1 : c.read_clock.load();
   auto fanout =
@@ -518,9 +533,9 @@ void Client::PushDense(const std::string& name, std::span<const float> grad,
     // The gradient is sent (or read by the shard) from the caller's
     // buffer, which stays valid and unchanged until `done` runs (after
     // every part is acknowledged).
-    c.SendDensePart(shard, request->tensor, read_clock, provide,
-                    std::move(blocks), grad, fanout,
-                    !provide && c.DirectTo(shard), &max_push_staleness_);
+    c.SendDensePart(shard, request->tensor, read_clock, kind, std::move(blocks),
+                    grad, fanout, gradient && c.DirectTo(shard),
+                    &max_push_staleness_);
   }
 }
 
@@ -547,7 +562,7 @@ void Client::PushAndPrefetchAsync(const std::string& name,
   auto pull_fanout = std::make_shared<Fanout>(n, std::move(prefetched));
   for (auto& [shard, blocks] : request->parts) {
     // As in PushDense: `grad` stays valid and unchanged until `pushed`.
-    c.SendDensePart(shard, request->tensor, read_clock, /*provide=*/false,
+    c.SendDensePart(shard, request->tensor, read_clock, PushKind::kGradient,
                     blocks, grad, push_fanout, c.DirectTo(shard),
                     &max_push_staleness_);
     c.SendPullPart(shard, request->tensor, std::move(blocks), next, out,
@@ -556,23 +571,23 @@ void Client::PushAndPrefetchAsync(const std::string& name,
 }
 
 void Client::Impl::SendDensePart(int shard, uint32_t tensor, int64_t read_clock,
-                                 bool provide, std::vector<uint32_t> blocks,
+                                 PushKind kind, std::vector<uint32_t> blocks,
                                  std::span<const float> grad,
                                  std::shared_ptr<Fanout> fanout, bool direct,
                                  std::atomic<int64_t>* max_staleness) {
   uint64_t request = links.NextId();
-  OutFrame frame = PushBlocksFrame(request, tensor, read_clock, provide, blocks,
+  OutFrame frame = PushBlocksFrame(request, tensor, read_clock, kind, blocks,
                                    welcome.block_size, grad, dtype(), direct);
   if (!direct) blocks.clear();  // kept only to send again
   links.Send(
       shard, request, std::move(frame),
-      [this, shard, tensor, read_clock, provide, blocks = std::move(blocks),
-       grad, fanout, direct,
+      [this, shard, tensor, read_clock, kind, blocks = std::move(blocks), grad,
+       fanout, direct,
        max_staleness](const wire::Message* m, const Status& e) mutable {
         if (m == nullptr) {
           if (direct && e.code() == Code::kProtocol) {
             FallBackToTcp(shard, e);
-            return SendDensePart(shard, tensor, read_clock, provide,
+            return SendDensePart(shard, tensor, read_clock, kind,
                                  std::move(blocks), grad, std::move(fanout),
                                  false, max_staleness);
           }

@@ -48,6 +48,9 @@
 #include "worker/slicer.h"
 
 namespace tether {
+namespace client_internal {
+enum class PushKind : uint8_t;  // request_cutter.h
+}  // namespace client_internal
 
 enum class InitKind { kZeros, kUniform, kNormal, kConstant, kProvided };
 
@@ -223,6 +226,15 @@ class Client {
   void ProvideTensorAsync(const std::string& name,
                           std::span<const float> values, Callback done);
   Status ProvideTensor(const std::string& name, std::span<const float> values);
+  // Replaces the tensor's values on the shards with `values` (exactly its
+  // size), whatever they were: not a gradient, so no optimizer, clock or
+  // staleness, and nothing held for the bound. For state a model updates
+  // apart from its gradients, such as BatchNorm's running statistics, so
+  // that evaluations, checkpoints and exports hold it; the last writer
+  // wins. Dense tensors only.
+  void AssignTensorAsync(const std::string& name, std::span<const float> values,
+                         Callback done);
+  Status AssignTensor(const std::string& name, std::span<const float> values);
   // The same for rows of a table defined with InitKind::kProvided.
   void ProvideRowsAsync(const std::string& table,
                         std::span<const uint64_t> keys,
@@ -362,9 +374,9 @@ class Client {
 
  private:
   explicit Client(std::unique_ptr<Impl> impl);
-  // Push and Provide: `provide` sends initial values instead of a gradient.
+  // Push, Provide and Assign, as `kind` says.
   void PushDense(const std::string& name, std::span<const float> values,
-                 bool provide, Callback done);
+                 client_internal::PushKind kind, Callback done);
   void PushSparse(const std::string& table, std::span<const uint64_t> keys,
                   std::span<const float> values, bool provide, Callback done);
   std::unique_ptr<Impl> impl_;

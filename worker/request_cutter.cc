@@ -85,11 +85,11 @@ OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
 }
 
 OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
-                         bool provide, const std::vector<uint32_t>& blocks,
+                         PushKind kind, const std::vector<uint32_t>& blocks,
                          uint32_t block_size, std::span<const float> values,
                          WireDtype dtype, bool direct) {
   const uint32_t bs = block_size;
-  if (provide) dtype = WireDtype::kF32;  // initial values travel exact
+  if (kind != PushKind::kGradient) dtype = WireDtype::kF32;  // values: exact
   direct = direct && dtype == WireDtype::kF32;
   auto fbb = MakeBuilder(256 + blocks.size() *
                                    ((direct ? 0 : bs * WireBytes(dtype)) + 48));
@@ -123,7 +123,8 @@ OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
   pb.add_tensor(tensor);
   pb.add_read_clock(read_clock);
   pb.add_blocks(blocks_offset);
-  pb.add_provide(provide);
+  pb.add_provide(kind == PushKind::kProvide);
+  pb.add_assign(kind == PushKind::kAssign);
   return splicer.Finish(pb.Finish());
 }
 

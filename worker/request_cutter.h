@@ -62,18 +62,22 @@ OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
                          WireDtype dtype = WireDtype::kF32,
                          int64_t for_clock = -1, uint64_t landing = 0);
 
+// What a dense push carries: a gradient for the shards' optimizer, the
+// initial values of a provided tensor (Push.provide), or values that
+// replace the shards' (Push.assign).
+enum class PushKind : uint8_t { kGradient, kProvide, kAssign };
+
 // Request `request`: `values` (the whole tensor, `block_size` floats a
-// block, the last one shorter) of `blocks`, as a gradient or, with
-// `provide`, as initial values. The floats are spliced in, not copied:
-// `values` must stay valid until the frame is sent. A gradient goes as
-// `dtype` says (bf16 or int8 converted into the frame, int8 rounded
-// stochastically); initial values always as f32.
+// block, the last one shorter) of `blocks`, as `kind` says. The floats are
+// spliced in, not copied: `values` must stay valid until the frame is
+// sent. A gradient goes as `dtype` says (bf16 or int8 converted into the
+// frame, int8 rounded stochastically); values always as f32.
 // With `direct` (f32 only) each block names where its floats lie in this
 // process instead (Block.address and count): the shard reads them from
 // here, so `values` must stay valid and unchanged until the push is
 // answered.
 OutFrame PushBlocksFrame(uint64_t request, uint32_t tensor, int64_t read_clock,
-                         bool provide, const std::vector<uint32_t>& blocks,
+                         PushKind kind, const std::vector<uint32_t>& blocks,
                          uint32_t block_size, std::span<const float> values,
                          WireDtype dtype = WireDtype::kF32,
                          bool direct = false);

@@ -178,7 +178,8 @@ TEST_F(DirectPushes, AreTakenOnlyFromThePeersOwnProcessAndMappedMemory) {
     std::vector<float> grad = {1, 2, 3, 4, 5, 6, 7, 8};
     auto push = [&](uint64_t request, bool direct) {
       return Bytes(*client_internal::PushBlocksFrame(
-          request, id, -1, false, {0, 1}, 4, grad, WireDtype::kF32, direct));
+          request, id, -1, client_internal::PushKind::kGradient, {0, 1}, 4,
+          grad, WireDtype::kF32, direct));
     };
     const bool own = claimed == static_cast<int>(getpid());
     ASSERT_FALSE(raw.Send(push(2, /*direct=*/true)));

@@ -1,5 +1,6 @@
 """tether.Client against real shards: exact values, the staleness bound,
-bad buffers refused before anything is sent, Ctrl-C in a held pull."""
+bad buffers refused before anything is sent, Ctrl-C in a held pull,
+assigned values."""
 
 import contextlib
 import pathlib
@@ -355,6 +356,36 @@ def narrow_and_exact(run, wire_dtype):
                        wire_dtype=wire_dtype) as narrow, \
             tether.Client(run.coordinator, observer=True) as exact:
         yield narrow, exact
+
+
+def test_assign_replaces_values_exactly_without_the_optimizer(cluster):
+    """Assigned values replace the shards' exactly on every shard (f32
+    whatever the client's wire dtype), before or after a provider; the
+    optimizer's next step starts from them; NaN is refused, changing
+    nothing."""
+    run = cluster(shards=2, workers=0, flags=["--block-size", "4"] + SGD)
+    rng = np.random.default_rng(5)
+    with narrow_and_exact(run, "int8") as (narrow, exact):
+        for c in (narrow, exact):
+            c.define_tensor("s", (3, 5), "provided")
+        first = rng.standard_normal((3, 5)).astype(np.float32)
+        narrow.assign("s", first)  # before any provider
+        np.testing.assert_array_equal(exact.pull("s"), first)
+        exact.provide("s", np.zeros((3, 5), np.float32))  # values kept
+        np.testing.assert_array_equal(exact.pull("s"), first)
+        grad = rng.standard_normal((3, 5)).astype(np.float32)
+        exact.push("s", grad)
+        np.testing.assert_array_equal(exact.pull("s"), sgd(first, grad))
+        second = rng.standard_normal((3, 5)).astype(np.float32)
+        exact.assign("s", second)
+        np.testing.assert_array_equal(exact.pull("s"), second)
+        bad = second.copy()
+        bad[2, 1] = np.nan
+        with pytest.raises(tether.NonFiniteError, match="assign to tensor 's'"):
+            exact.assign("s", bad)
+        np.testing.assert_array_equal(exact.pull("s"), second)
+        with pytest.raises(ValueError, match="assign 's'"):
+            exact.assign("s", np.zeros(4, np.float32))
 
 
 def test_wire_dtype_bf16_rounds_once_and_shards_keep_f32(cluster):

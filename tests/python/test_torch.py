@@ -1,7 +1,8 @@
 """tether.torch.ParameterServer against real shards: every worker starts
 from rank 0's module, a step pushes only the embedding rows it touched,
-a second provider does not overwrite the shards' values, and Ctrl-C ends a
-held pull of every parameter at once."""
+a second provider does not overwrite the shards' values, BatchNorm's
+running statistics reach the shards, and Ctrl-C ends a held pull of every
+parameter at once."""
 
 import re
 import signal
@@ -146,6 +147,53 @@ def assert_values_dict(got, expected):
     assert got.keys() == expected.keys()
     for name in expected:
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+class BatchNormNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+        self.bn = torch.nn.BatchNorm1d(3)
+        self.register_buffer("mask", torch.ones(3), persistent=False)
+
+    def forward(self, x):
+        return self.bn(self.fc(x)) * self.mask
+
+
+def test_batchnorm_statistics_reach_the_shards_and_an_observer(cluster):
+    """A worker's running statistics are on the shards after every step, so
+    a fresh module on an observer (an evaluation, a resumed worker) takes
+    them and evaluates exactly as the worker does; buffers outside the
+    state_dict and integer ones stay each module's own."""
+    torch.set_num_threads(1)
+    run = cluster(shards=2, workers=1, flags=[
+        "--block-size", "2", "--optimizer", "sgd", "--lr", "0.5"])
+    torch.manual_seed(0)
+    model = BatchNormNet()
+    with tether.Client(run.coordinator, staleness=0) as c:
+        ps = tether.torch.ParameterServer(model, c, timeout=30)
+        for i in range(3):
+            model(torch.randn(8, 4) + i).sum().backward()
+            ps.step()
+        stats = {n: b.detach().clone() for n, b in model.named_buffers()}
+        assert stats["bn.num_batches_tracked"].item() == 3
+        assert not torch.equal(stats["bn.running_mean"], torch.zeros(3))
+        with tether.Client(run.coordinator, observer=True) as o:
+            torch.manual_seed(1)
+            fresh = BatchNormNet()
+            fresh.mask.fill_(2.0)
+            tether.torch.ParameterServer(fresh, o, timeout=30)
+            for name in ("bn.running_mean", "bn.running_var"):
+                torch.testing.assert_close(dict(fresh.named_buffers())[name],
+                                           stats[name], rtol=0, atol=0)
+            assert fresh.bn.num_batches_tracked.item() == 0
+            assert torch.equal(fresh.mask, torch.full((3,), 2.0))
+            fresh.mask.fill_(1.0)
+            x = torch.randn(5, 4)
+            model.eval()
+            fresh.eval()
+            with torch.no_grad():
+                torch.testing.assert_close(fresh(x), model(x), rtol=0, atol=0)
 
 
 HELD_STEP = r"""

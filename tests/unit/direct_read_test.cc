@@ -76,7 +76,8 @@ struct BuiltPush {
 BuiltPush DirectPush(const std::vector<uint32_t>& blocks, uint32_t block_size,
                      std::span<const float> values) {
   OutFrame frame = client_internal::PushBlocksFrame(
-      7, 3, 11, false, blocks, block_size, values, WireDtype::kF32,
+      7, 3, 11, client_internal::PushKind::kGradient, blocks, block_size,
+      values, WireDtype::kF32,
       /*direct=*/true);
   return {frame->Flatten()};
 }

@@ -661,6 +661,55 @@ TEST(ParamStore, ProvidedTensorIsNotReadyUntilProvidedAndTheFirstProviderWins) {
             (std::vector<float>{0.5f, 1.5f, 2.5f, 3.5f, 5, 6}));
 }
 
+// Assigned values replace a block's, provided or not, leaving the optimizer
+// slots and update count (the next update's step is as without the
+// assign), and never write into a block a frame or snapshot shares.
+TEST(ParamStore, AssignReplacesValuesAndKeepsTheOptimizerState) {
+  ParamStore store(kSeed, 4, Opt(OptimizerKind::kAdam));
+  ParamStore twin(kSeed, 4, Opt(OptimizerKind::kAdam));
+  auto id = store.DefineTensor("w", {6}, Uniform(0.5f));
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(twin.DefineTensor("w", {6}, Uniform(0.5f)).ok());
+  const std::vector<float> grad = {0.1f, -0.2f, 0.3f, -0.4f};
+  ASSERT_TRUE(store.ApplyBlock(*id, 0, grad).ok());
+  ASSERT_TRUE(twin.ApplyBlock(*id, 0, grad).ok());
+  auto shared = store.ShareBlock(*id, 0);
+  ASSERT_TRUE(shared.ok());
+  const std::vector<float> seen(shared->values.begin(), shared->values.end());
+
+  const std::vector<float> assigned = {1, 2, 3, 4};
+  ASSERT_TRUE(store.AssignBlock(*id, 0, assigned).ok());
+  const std::vector<float> all = ReadAll(store, *id);
+  EXPECT_EQ(std::vector<float>(all.begin(), all.begin() + 4), assigned);
+  const std::vector<float> before = ReadAll(twin, *id);
+  EXPECT_EQ(std::vector<float>(all.begin() + 4, all.end()),
+            std::vector<float>(before.begin() + 4, before.end()));
+  EXPECT_TRUE(std::equal(seen.begin(), seen.end(), shared->values.begin()));
+
+  // Adam's second step moves both stores' weights alike.
+  ASSERT_TRUE(store.ApplyBlock(*id, 0, grad).ok());
+  ASSERT_TRUE(twin.ApplyBlock(*id, 0, grad).ok());
+  const std::vector<float> moved = ReadAll(store, *id),
+                           twin_moved = ReadAll(twin, *id);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(moved[i] - assigned[i], twin_moved[i] - before[i], 1e-6f) << i;
+  }
+
+  Status wrong = store.AssignBlock(*id, 1, assigned);  // block 1 holds 2
+  EXPECT_EQ(wrong.code(), Code::kInvalidArgument);
+  EXPECT_TRUE(Contains(wrong.message(), "the values assigned 4"))
+      << wrong.message();
+
+  // A provided tensor's block: assigned values make it ready, and a later
+  // provider changes nothing.
+  auto provided = store.DefineTensor("p", {4}, kProvided);
+  ASSERT_TRUE(provided.ok());
+  ASSERT_TRUE(store.AssignBlock(*provided, 0, assigned).ok());
+  EXPECT_TRUE(store.Ready(*provided, std::vector<uint32_t>{0}, {}).ok());
+  ASSERT_TRUE(store.ProvideBlock(*provided, 0, grad).ok());
+  EXPECT_EQ(ReadAll(store, *provided), assigned);
+}
+
 TEST(ParamStore, ProvideIsRefusedForOtherInitsAndWrongLengths) {
   ParamStore store(kSeed, 4, Opt(OptimizerKind::kSgd));
   auto zeros = store.DefineTensor("z", {4}, InitSpec{});

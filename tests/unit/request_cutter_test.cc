@@ -144,7 +144,7 @@ TEST(RequestCutter, RowFramesHoldAtMostChunkBytesOfRows) {
 TEST(RequestCutter, PushFrameCarriesEachBlocksSliceOfTheGradient) {
   std::vector<float> grad(10);
   std::iota(grad.begin(), grad.end(), 0.0f);
-  OutFrame out = PushBlocksFrame(9, 7, 3, false, {0, 2}, 4, grad);
+  OutFrame out = PushBlocksFrame(9, 7, 3, PushKind::kGradient, {0, 2}, 4, grad);
   Frame frame = Receive(out);
   const wire::Push* push = frame.message()->body_as_Push();
   ASSERT_NE(push, nullptr);
@@ -306,8 +306,9 @@ std::pair<Frame, double> FourBlockPush(const std::vector<float>& grad,
                                        WireDtype dtype) {
   const std::vector<uint32_t> blocks = {0, 1, 2, 3};
   const size_t f32 =
-      PushBlocksFrame(1, 7, 3, false, blocks, 1024, grad)->size();
-  OutFrame out = PushBlocksFrame(1, 7, 3, false, blocks, 1024, grad, dtype);
+      PushBlocksFrame(1, 7, 3, PushKind::kGradient, blocks, 1024, grad)->size();
+  OutFrame out =
+      PushBlocksFrame(1, 7, 3, PushKind::kGradient, blocks, 1024, grad, dtype);
   const double fraction = static_cast<double>(out->size()) / f32;
   return {Receive(out), fraction};
 }
@@ -392,20 +393,25 @@ TEST(RequestCutter, Int8PushFrameCarriesAboutAQuarterOfTheBytes) {
   EXPECT_FALSE(dense_pull.message()->body_as_Pull()->bf16());
 }
 
-// Initial values (a provide) travel exact whatever the client's wire dtype,
-// dense and sparse.
-TEST(RequestCutter, InitialValuesTravelExactWhateverTheWireDtype) {
+// Values (initial ones, a provide, or assigned ones) travel exact whatever
+// the client's wire dtype, dense and sparse, flagged as what they are.
+TEST(RequestCutter, ValuesTravelExactWhateverTheWireDtype) {
   std::vector<float> grad(2048);
   for (size_t i = 0; i < grad.size(); ++i) grad[i] = 1.0f + i * 1e-4f;
   for (WireDtype dtype : {WireDtype::kBf16, WireDtype::kInt8}) {
-    Frame dense =
-        Receive(PushBlocksFrame(1, 7, -1, true, {0, 1}, 1024, grad, dtype));
-    const wire::Block* b1 = dense.message()->body_as_Push()->blocks()->Get(1);
-    EXPECT_EQ(b1->bf16(), nullptr);
-    EXPECT_EQ(b1->q8(), nullptr);
-    ASSERT_NE(b1->values(), nullptr);
-    EXPECT_EQ(std::vector<float>(b1->values()->begin(), b1->values()->end()),
-              std::vector<float>(grad.begin() + 1024, grad.end()));
+    for (PushKind kind : {PushKind::kProvide, PushKind::kAssign}) {
+      Frame dense =
+          Receive(PushBlocksFrame(1, 7, -1, kind, {0, 1}, 1024, grad, dtype));
+      const wire::Push* push = dense.message()->body_as_Push();
+      EXPECT_EQ(push->provide(), kind == PushKind::kProvide);
+      EXPECT_EQ(push->assign(), kind == PushKind::kAssign);
+      const wire::Block* b1 = push->blocks()->Get(1);
+      EXPECT_EQ(b1->bf16(), nullptr);
+      EXPECT_EQ(b1->q8(), nullptr);
+      ASSERT_NE(b1->values(), nullptr);
+      EXPECT_EQ(std::vector<float>(b1->values()->begin(), b1->values()->end()),
+                std::vector<float>(grad.begin() + 1024, grad.end()));
+    }
     Frame rows = TwoRowPush(dtype, /*provide=*/true);
     const wire::Push* row_push = rows.message()->body_as_Push();
     EXPECT_EQ(row_push->rows_bf16(), nullptr);

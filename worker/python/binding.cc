@@ -260,7 +260,7 @@ struct Meta {
 
 // What a dense request does with its buffer. kPrefetch: a pull of the
 // values this worker computes with at its next clock (Client::PrefetchAsync).
-enum class Dense { kPull, kPush, kProvide, kPrefetch };
+enum class Dense { kPull, kPush, kProvide, kAssign, kPrefetch };
 
 class PyClient;
 
@@ -411,6 +411,7 @@ class PyClient {
     const char* verb = op == Dense::kPull       ? "pull"
                        : op == Dense::kPrefetch ? "prefetch"
                        : op == Dense::kPush     ? "push"
+                       : op == Dense::kAssign   ? "assign"
                                                 : "provide";
     std::vector<Floats> checked;
     checked.reserve(names.size());
@@ -461,6 +462,9 @@ class PyClient {
           break;
         case Dense::kProvide:
           client.ProvideTensorAsync(names[i], floats, part(false));
+          break;
+        case Dense::kAssign:
+          client.AssignTensorAsync(names[i], floats, part(false));
           break;
       }
     }
@@ -817,7 +821,7 @@ PYBIND11_MODULE(_tether, m) {
       .def_property_readonly("max_push_staleness", [](PyClient& self) {
         return self.c().max_push_staleness();
       });
-  // pull, push and provide, each blocking and _async.
+  // pull, push, provide and assign, each blocking and _async.
   struct DenseMethod {
     const char* name;
     const char* async_name;
@@ -826,7 +830,8 @@ PYBIND11_MODULE(_tether, m) {
   for (const DenseMethod& d :
        {DenseMethod{"pull", "pull_async", Dense::kPull},
         DenseMethod{"push", "push_async", Dense::kPush},
-        DenseMethod{"provide", "provide_async", Dense::kProvide}}) {
+        DenseMethod{"provide", "provide_async", Dense::kProvide},
+        DenseMethod{"assign", "assign_async", Dense::kAssign}}) {
     client.def(d.name, [op = d.op](PyClient& self, const std::string& name,
                                    const py::object& buffer) {
       self.Wait(self.DenseStart(op, name, buffer));
@@ -838,10 +843,12 @@ PYBIND11_MODULE(_tether, m) {
                      self.cast<PyClient&>().DenseStart(op, name, buffer), self);
                });
   }
-  // pull_many and prefetch_many (push_many, above, also takes the clock).
+  // pull_many, prefetch_many and assign_many (push_many, above, also takes
+  // the clock).
   for (const DenseMethod& d :
        {DenseMethod{"pull_many", nullptr, Dense::kPull},
-        DenseMethod{"prefetch_many", nullptr, Dense::kPrefetch}}) {
+        DenseMethod{"prefetch_many", nullptr, Dense::kPrefetch},
+        DenseMethod{"assign_many", nullptr, Dense::kAssign}}) {
     client.def(d.name, [op = d.op](const py::object& self,
                                    const std::vector<std::string>& names,
                                    const py::list& buffers) {

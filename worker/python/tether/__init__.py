@@ -233,6 +233,13 @@ class Client:
         """Initial values of a provided tensor (kept if it has some)."""
         self._c.provide(name, _buffer(values, f"provide '{name}'"))
 
+    def assign(self, name, values):
+        """Replaces the tensor's values on the shards with `values` (its
+        number of elements, float32): not a gradient, so no optimizer, no
+        staleness, not held for the bound; the last writer wins. For state
+        kept apart from gradients (BatchNorm's running statistics)."""
+        self._c.assign(name, _buffer(values, f"assign '{name}'"))
+
     def provide_rows(self, table, keys, values):
         self._c.rows(2, table, _keys(keys, f"provide_rows '{table}'"),
                      _buffer(values, f"provide_rows '{table}'"))

@@ -8,7 +8,16 @@
         loss.backward()
         ps.step()                       # push every .grad, clock, pull
 
-One tensor per entry of model.named_parameters(), same names and shapes.
+One tensor per entry of model.named_parameters(), same names and shapes,
+and one per floating-point buffer of its state_dict() (the state a module
+updates apart from its gradients: BatchNorm's running mean and variance).
+A worker trains with its own buffers and writes them to the shards after
+every step (replacing what they hold: the last writer wins), so that an
+evaluation from the shards (python -m tether.worker --evaluate-only,
+tether-up's), a checkpoint and an export (tether-ckpt) hold them; it
+takes the shards' at the start and at every pull() it calls itself (not
+the one inside step()). Integer buffers (num_batches_tracked) stay each
+worker's own.
 Rank 0 provides its module's values (PyTorch's own initialization) once,
 atomically with the definition: a tensor that already has values keeps them
 (a resumed run keeps its checkpoint), and every worker starts from the
@@ -158,6 +167,7 @@ class ParameterServer:
         self._in_flight = None
         self._dense = []
         self._sparse = []
+        self._state = []  # the state_dict's floating-point buffers
         # Dense pushes sent during backward (push_in_backward), collected by
         # the next push(): (future, gradient kept alive) by name.
         self._sent = {}
@@ -182,7 +192,20 @@ class ParameterServer:
                 entry = _Dense(name, p)
                 client.define_tensor(name, entry.shape, "provided")
                 self._dense.append(entry)
-        self._on_gpu = any(d.param.device.type == "cuda" for d in self._dense)
+        persistent = set(model.state_dict().keys())
+        for name, b in model.named_buffers():
+            if name not in persistent or not b.dtype.is_floating_point:
+                continue
+            if b.dtype != torch.float32:
+                raise ValueError(
+                    f"buffer '{name}' is {b.dtype}; tether holds float32 "
+                    "state (call model.float())")
+            entry = _Dense(name, b)
+            client.define_tensor(name, entry.shape, "provided")
+            self._state.append(entry)
+        self._state_names = [d.name for d in self._state]
+        self._on_gpu = any(d.param.device.type == "cuda"
+                           for d in self._dense + self._state)
         if push_in_backward:
             for d in self._dense:
                 self._hooks.append(self._push_hook(d))
@@ -190,7 +213,7 @@ class ParameterServer:
         if client.rank == 0:
             self._provide()
         deadline = time.monotonic() + timeout
-        for d in self._dense:
+        for d in self._dense + self._state:
             client.pull_when_ready(d.name, d.pull_buffer,
                                    timeout=max(0.0, deadline -
                                                time.monotonic()))
@@ -253,7 +276,7 @@ class ParameterServer:
     def _provide(self):
         """Rank 0: the module's own values, where the shards have none."""
         futures = []
-        for d in self._dense:
+        for d in self._dense + self._state:
             values = d.param.detach().to("cpu", torch.float32).contiguous()
             futures.append((values, self.client._c.provide_async(
                 d.name, _host_view(values))))
@@ -284,13 +307,28 @@ class ParameterServer:
 
     def pull(self):
         """Copies the current values of every dense parameter into the
-        module (all at once); sparse rows are pulled as batches use them.
+        module (all at once), then the shards' floating-point buffers;
+        sparse rows are pulled as batches use them.
         Waits while the slowest worker is more than the bound behind.
         With overlap_steps, first collects the pushes step() left in flight
         (flush())."""
         self.flush()
         self._weights_for = -1
         self.pull_finish(self.pull_start())
+        self._pull_state()
+
+    def _pull_state(self):
+        """The shards' floating-point buffers into the module."""
+        if not self._state:
+            return
+        self._await_gpu_copies()
+        start = time.monotonic()
+        self.client._c.pull_many(self._state_names,
+                                 [d.pull_buffer for d in self._state]).result()
+        for d in self._state:
+            if d.cuda:
+                d.param.data.copy_(d.host)
+        self.wait_seconds += time.monotonic() - start
 
     def pull_start(self):
         """Starts pull(); pull_finish(the returned handle) completes it, so
@@ -450,6 +488,14 @@ class ParameterServer:
             keep.append(values)
             futures.append(self.client._c.rows_async(1, s.name, keys,
                                                      _host_view(values)))
+        if self._state:
+            # This worker's buffers as they are after its step, copied: the
+            # next forward updates them while these are on their way.
+            state = [d.param.detach().to("cpu", torch.float32, copy=True)
+                     for d in self._state]
+            keep += state
+            futures.append(self.client._c.assign_many(
+                self._state_names, [_host_view(s) for s in state]))
         # The dense pushes and the clock behind every push: one call, one
         # future, whose error is the clock's if it failed.
         dense = self.client._c.push_many(names, grads, clock)
