@@ -322,13 +322,9 @@ class ParameterServer:
         if not self._state:
             return
         self._await_gpu_copies()
-        start = time.monotonic()
-        self.client._c.pull_many(self._state_names,
-                                 [d.pull_buffer for d in self._state]).result()
-        for d in self._state:
-            if d.cuda:
-                d.param.data.copy_(d.host)
-        self.wait_seconds += time.monotonic() - start
+        self._finish(self.client._c.pull_many(
+            self._state_names, [d.pull_buffer for d in self._state]),
+            self._state)
 
     def pull_start(self):
         """Starts pull(); pull_finish(the returned handle) completes it, so
@@ -375,11 +371,15 @@ class ParameterServer:
             torch.cuda.current_stream().synchronize()
 
     def pull_finish(self, started):
-        if started is None:
-            return
+        if started is not None:
+            self._finish(started, self._dense)
+
+    def _finish(self, pulling, entries):
+        """Waits for the pull of `entries` and puts their values in the
+        module (a GPU one's through its host buffer)."""
         start = time.monotonic()
-        started.result()
-        for d in self._dense:
+        pulling.result()
+        for d in entries:
             if d.cuda:
                 d.param.data.copy_(d.host, non_blocking=True)
         self.wait_seconds += time.monotonic() - start
