@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "worker/background_eval.h"
 #include "worker/completion.h"
 #include "worker/reporter.h"
 #include "worker/train_step.h"
@@ -55,6 +57,7 @@ class DenseTrainer {
       TETHER_RETURN_IF_ERROR(
           client_.DefineTensor(spec.name, spec.shape, spec.init));
     }
+    MaybeEvaluateInBackground();
     batch_x_.resize(size_t(o_.batch) * train_.features);
     batch_y_.resize(o_.batch);
     LoopOptions loop;
@@ -89,6 +92,11 @@ class DenseTrainer {
     DropPulls();
     TETHER_RETURN_IF_ERROR(trained);
     TETHER_RETURN_IF_ERROR(CollectPushes());
+    if (evaluator_ != nullptr && evaluator_->pending()) {
+      TETHER_RETURN_IF_ERROR(
+          ReportEval(o_.epochs - 1, *evaluator_->Take(/*wait=*/true)));
+    }
+    evaluator_.reset();
     // The last evaluation, on the weights as they are now.
     TETHER_RETURN_IF_ERROR(PullAll(client_, model_));
     TETHER_ASSIGN_OR_RETURN(EvalResult eval, Evaluate());
@@ -99,6 +107,33 @@ class DenseTrainer {
   Result<EvalResult> Evaluate() {
     if (test_ == nullptr) return EvalResult{};
     return model_.Evaluate(test_->x.data(), test_->y.data(), test_->rows);
+  }
+
+  // Reports an evaluation done in the background.
+  Status ReportEval(int epoch, BackgroundEvaluator::Done done) {
+    TETHER_RETURN_IF_ERROR(done.result.status());
+    return reporter_.Report(epoch, &*done.result, false, done.clock);
+  }
+
+  // Rank 0's evaluations run in the background (--eval-in-background) on a
+  // twin of the model, but not in a recorded run, whose replay expects
+  // each report where the recording has it; a model without a twin is
+  // evaluated in the foreground.
+  void MaybeEvaluateInBackground() {
+    if (!o_.eval_in_background || o_.eval_every <= 0 || test_ == nullptr ||
+        client_.rank() != 0 || client_.records()) {
+      return;
+    }
+    auto twin = model_.Twin();
+    if (!twin.ok()) {
+      std::fprintf(stderr,
+                   "worker: evaluating in the foreground (no second model "
+                   "on %s: %s)\n",
+                   model_.device().c_str(), twin.status().ToString().c_str());
+      return;
+    }
+    evaluator_ =
+        std::make_unique<BackgroundEvaluator>(std::move(*twin), *test_);
   }
 
   // Starts pulling every parameter into the model's weights, read at this
@@ -308,6 +343,13 @@ class DenseTrainer {
     if (!pipelined_) TETHER_RETURN_IF_ERROR(CollectPushes());
     if (step_samples_ > 0) reporter_.AddStep(step_samples_, step_loss_);
     step_samples_ = 0;  // counted once, though a lost shard repeats this
+    bool reported = false;
+    if (evaluator_ != nullptr) {
+      if (auto done = evaluator_->Take(/*wait=*/false)) {
+        TETHER_RETURN_IF_ERROR(ReportEval(epoch, std::move(*done)));
+        reported = true;
+      }
+    }
     if (reporter_.EvalDue() && test_ != nullptr) {
       // On the next batch's weights, once they are in.
       if (pulled_at_ != client_.clock()) StartPulls(/*prefetched=*/true);
@@ -317,10 +359,22 @@ class DenseTrainer {
           return s;
         }
       }
-      TETHER_ASSIGN_OR_RETURN(auto eval, Evaluate());
-      return reporter_.Report(epoch, &eval, false);
+      if (evaluator_ == nullptr) {
+        TETHER_ASSIGN_OR_RETURN(auto eval, Evaluate());
+        return reporter_.Report(epoch, &eval, false);
+      }
+      // One at a time: the last one, if it still runs, is waited for.
+      if (evaluator_->pending()) {
+        TETHER_RETURN_IF_ERROR(
+            ReportEval(epoch, *evaluator_->Take(/*wait=*/true)));
+        reported = true;
+      }
+      TETHER_RETURN_IF_ERROR(
+          evaluator_->Start(model_.weights(), client_.clock()));
     }
-    if (reporter_.ReportDue()) return reporter_.Report(epoch, nullptr, false);
+    if (!reported && reporter_.ReportDue()) {
+      return reporter_.Report(epoch, nullptr, false);
+    }
     return Status::Ok();
   }
 
@@ -368,6 +422,9 @@ class DenseTrainer {
   const DenseDataset& train_;
   const DenseDataset* test_;
   Reporter reporter_;
+  // Rank 0's evaluations, when they run in the background
+  // (MaybeEvaluateInBackground).
+  std::unique_ptr<BackgroundEvaluator> evaluator_;
   uint64_t rejected_pushes_ = 0;
   // The batch's pushes, sent before its clock and collected after it (or,
   // pipelined, a batch later: SetAsideLastPushes), sent at clock pushed_at_.

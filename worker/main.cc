@@ -39,6 +39,11 @@ int main(int argc, char** argv) {
   p.AddInt("eval-every", &o.eval_every,
            "rank 0 evaluates on the test set every K clocks; 0: only at "
            "the end");
+  p.AddBool("eval-in-background", &o.eval_in_background,
+            "rank 0 evaluates a copy of the weights on a thread of its own "
+            "while training goes on (reported at the first clock after it "
+            "ends), so no worker waits for it; off: training waits for each "
+            "evaluation");
   p.AddInt("report-every", &o.report_every,
            "report progress to the coordinator every K clocks");
   p.AddInt("chunk-rows", &o.chunk_rows,

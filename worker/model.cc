@@ -50,7 +50,9 @@ class FcModel final : public DenseModel {
   }
 
   Status SetBackend(const Device& device, int max_batch, int threads) {
+    device_ = device;
     max_batch_ = max_batch;
+    threads_ = threads;
     TETHER_ASSIGN_OR_RETURN(auto backend,
                             MakeFcBackend(device, layers_, max_batch, threads));
     backend_ = std::move(backend);
@@ -58,6 +60,15 @@ class FcModel final : public DenseModel {
   }
 
   std::string device() const override { return backend_->Describe(); }
+
+  Result<std::unique_ptr<DenseModel>> Twin() const override {
+    auto twin = std::make_unique<FcModel>(layers_);
+    twin->specs_ = specs_;
+    twin->weights_ = weights_;
+    twin->grads_ = grads_;
+    TETHER_RETURN_IF_ERROR(twin->SetBackend(device_, max_batch_, threads_));
+    return std::unique_ptr<DenseModel>(std::move(twin));
+  }
 
   using DenseModel::Step;
   Result<float> Step(const float* x, const int32_t* y, int batch,
@@ -112,7 +123,9 @@ class FcModel final : public DenseModel {
 
   const std::vector<FcLayer> layers_;
   const int classes_;
+  Device device_;
   int max_batch_ = 0;
+  int threads_ = 0;
   std::unique_ptr<FcBackend> backend_;
 };
 

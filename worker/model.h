@@ -67,6 +67,12 @@ class DenseModel {
   // Where it computes: "cpu", "cuda:0 (NVIDIA H200)".
   virtual std::string device() const = 0;
 
+  // A model of the same parameters on a backend of its own (the same
+  // device and threads), its weights a copy of these: it may Evaluate on
+  // another thread while this one trains (worker/background_eval.h).
+  // kUnavailable when the device cannot hold a second backend.
+  virtual Result<std::unique_ptr<DenseModel>> Twin() const = 0;
+
  protected:
   std::vector<ParamSpec> specs_;
   std::vector<std::vector<float>> weights_;

@@ -38,7 +38,8 @@ bool Reporter::EvalDue() const {
          client_.clock() % o_.eval_every == 0;
 }
 
-Status Reporter::Report(int epoch, const EvalResult* eval, bool final) {
+Status Reporter::Report(int epoch, const EvalResult* eval, bool final,
+                        int64_t eval_clock) {
   double dt = SecondsSince(last_report_);
   if (dt > 0) {
     samples_per_s_ =
@@ -61,6 +62,7 @@ Status Reporter::Report(int epoch, const EvalResult* eval, bool final) {
   loss_count_ = 0;
   if (eval != nullptr && eval->rows > 0) {
     test_accuracy_ = static_cast<float>(eval->correct) / eval->rows;
+    eval_clock_ = eval_clock >= 0 ? eval_clock : client_.clock();
     p.test_accuracy = test_accuracy_;
     p.test_loss = static_cast<float>(eval->loss_sum / eval->rows);
   }
@@ -71,8 +73,11 @@ Status Reporter::Report(int epoch, const EvalResult* eval, bool final) {
 
 void Reporter::Print(int epoch, bool final) {
   if (o_.quiet && !final) return;
-  char acc[32] = "";
-  if (test_accuracy_ >= 0) {
+  char acc[64] = "";
+  if (test_accuracy_ >= 0 && eval_clock_ != client_.clock()) {
+    std::snprintf(acc, sizeof acc, " test accuracy %.1f%% (of clock %lld)",
+                  100.0 * test_accuracy_, static_cast<long long>(eval_clock_));
+  } else if (test_accuracy_ >= 0) {
     std::snprintf(acc, sizeof acc, " test accuracy %.1f%%",
                   100.0 * test_accuracy_);
   }

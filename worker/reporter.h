@@ -35,9 +35,12 @@ class Reporter {
   bool EvalDue() const;
 
   // Sends a report (with `eval`'s test figures when given and not empty)
-  // and prints the progress line; `final` marks the worker done. Returns
+  // and prints the progress line; `final` marks the worker done.
+  // `eval_clock` is the clock `eval`'s weights were read at (-1: the
+  // client's clock now); the line names it when it is another. Returns
   // the report's status; the line is printed either way.
-  Status Report(int epoch, const EvalResult* eval, bool final);
+  Status Report(int epoch, const EvalResult* eval, bool final,
+                int64_t eval_clock = -1);
 
   // The latest test accuracy reported; -1 before any.
   float test_accuracy() const { return test_accuracy_; }
@@ -53,6 +56,7 @@ class Reporter {
   int loss_count_ = 0;
   float last_loss_ = 0;
   float test_accuracy_ = -1;
+  int64_t eval_clock_ = -1;  // of test_accuracy_
   float samples_per_s_ = 0;
   double wait_s_ = 0;  // pulling, since the last report
   Clock::time_point start_ = Clock::now();

@@ -33,7 +33,13 @@ struct TrainerOptions {
   std::string device = "cpu";  // --device: cpu, cuda or cuda:N
   double slowdown = 1.0;       // --slowdown: F >= 1 runs F times slower
   int eval_every = 200;        // --eval-every: clocks; 0 never
-  int report_every = 10;       // --report-every: clocks
+  // --eval-in-background: rank 0's evaluations (--eval-every) run on a
+  // copy of the weights on a thread of their own while training goes on
+  // (worker/background_eval.h), each reported at the first clock after it
+  // finishes; off, or in a recorded run: training waits for each. Dense
+  // models only.
+  bool eval_in_background = true;
+  int report_every = 10;  // --report-every: clocks
   // --chunk-rows: ask shard 0 for chunks of this many rows instead of
   // training on a fixed share, so a faster worker trains on more; 0: share.
   int chunk_rows = 0;

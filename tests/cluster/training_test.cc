@@ -369,7 +369,11 @@ TEST(Training, LauncherKilledTakesItsProcessesWithIt) {
 }
 
 // Every parameter of an MLP trained with s = 0 by 2 workers on 2 shards.
-std::map<std::string, std::vector<float>> TrainBspAndPull(uint64_t seed) {
+// Trains an MLP at s = 0 with 2 workers, rank 0 evaluating every
+// `eval_every` clocks; its weights then, and the workers' logs in `logs`.
+std::map<std::string, std::vector<float>> TrainBspAndPull(
+    uint64_t seed, const std::string& eval_every = "0",
+    std::string* logs = nullptr) {
   TempDir dir;
   ClusterOptions o;
   o.shards = 2;
@@ -381,11 +385,15 @@ std::map<std::string, std::vector<float>> TrainBspAndPull(uint64_t seed) {
   auto cluster = Cluster::Start(o, dir.path());
   EXPECT_TRUE(cluster.ok()) << cluster.status().ToString();
   if (!cluster.ok()) return {};
-  auto workers =
-      StartWorkers((*cluster)->coordinator(), 2, dir.path(),
-                   {"--staleness", "0", "--model", "mlp", "--hidden", "64",
-                    "--epochs", "1", "--batch", "128", "--eval-every", "0"});
+  std::vector<std::string> flags = {
+      "--staleness", "0", "--model", "mlp", "--hidden",     "64",
+      "--epochs",    "1", "--batch", "128", "--eval-every", eval_every};
+  if (logs != nullptr) flags.push_back("--quiet=false");  // every line
+  auto workers = StartWorkers((*cluster)->coordinator(), 2, dir.path(), flags);
   ExpectAllSucceed(workers);
+  for (auto& w : workers) {
+    if (logs != nullptr) *logs += w->Log();
+  }
   auto observer = ConnectObserver((*cluster)->coordinator());
   std::map<std::string, std::vector<float>> params;
   const std::vector<std::pair<std::string, std::vector<uint64_t>>> shapes = {
@@ -473,9 +481,20 @@ TEST(Training, LauncherJoinAddsWorkersToARunningLocalCluster) {
   EXPECT_EQ(ranks, "23");
 }
 
-TEST(Training, BspRunsWithSameSeedAreBitIdentical) {
+// The second run's rank 0 evaluates every 20 clocks in the background
+// (each reported a clock or more later, naming its clock): the weights
+// are the same bit for bit all the same.
+TEST(Training, BspRunsWithSameSeedAreBitIdenticalEvaluatingOrNot) {
   auto a = TrainBspAndPull(11);
-  auto b = TrainBspAndPull(11);
+  std::string logs;
+  auto b = TrainBspAndPull(11, "20", &logs);
+  // Rank 0's line at clock 20 has no accuracy yet (in the foreground it
+  // would); a later one has clock 20's.
+  const size_t at20 = logs.find("worker 0: epoch 1/1 clock 20 ");
+  ASSERT_NE(at20, std::string::npos) << logs;
+  const std::string line20 = logs.substr(at20, logs.find('\n', at20) - at20);
+  EXPECT_EQ(line20.find("test accuracy"), std::string::npos) << line20;
+  EXPECT_NE(logs.find("(of clock 20)", at20), std::string::npos) << logs;
   ASSERT_EQ(a.size(), 4u);
   for (const auto& [name, values] : a) {
     ASSERT_EQ(values.size(), b[name].size()) << name;
