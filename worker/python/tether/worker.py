@@ -18,6 +18,7 @@ the loss is cross-entropy.
 """
 
 import argparse
+import copy
 import ctypes
 import hashlib
 import importlib.util
@@ -28,6 +29,7 @@ import shlex
 import signal
 import socket
 import sys
+import threading
 import time
 
 import numpy as np
@@ -102,6 +104,12 @@ def parse_args(argv):
                    help="report progress to the coordinator every N clocks")
     p.add_argument("--eval-every", type=int, default=200,
                    help="rank 0 evaluates every N clocks (0: at the end only)")
+    p.add_argument("--eval-in-background", nargs="?", const="true",
+                   default="true", choices=("true", "false"),
+                   help="rank 0 evaluates a copy of the model on a thread of "
+                        "its own while training goes on (reported at the "
+                        "first report after it ends), as tether-worker's; "
+                        "false: training waits for each evaluation")
     p.add_argument("--auth-key-file", default=None)
     p.add_argument("--tls-cert", default=None,
                    help="this process's certificate (PEM), in a TLS run")
@@ -250,12 +258,65 @@ def evaluate(model, test, shape, device):
     return correct / len(y), loss_sum / len(y)
 
 
+class BackgroundEvaluator:
+    """Rank 0's evaluations on a copy of the model, on a thread of their
+    own, while training goes on (worker/background_eval.h's, in Python).
+    One at a time; the copy takes the model's state_dict (parameters and
+    buffers) at each start."""
+
+    def __init__(self, model, test, shape, device):
+        self.twin = copy.deepcopy(model)
+        self.test, self.shape, self.device = test, shape, device
+        self.thread, self.clock, self.outcome = None, None, None
+
+    def pending(self):
+        return self.thread is not None
+
+    def start(self, model, clock):
+        assert self.thread is None, "an evaluation is still pending"
+        with torch.no_grad():
+            self.twin.load_state_dict(model.state_dict())
+        self.clock = clock
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name="tether-eval")
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self.outcome = evaluate(self.twin, self.test, self.shape,
+                                    self.device)
+        except BaseException as e:  # raised by take(), on the trainer's side
+            self.outcome = e
+
+    def take(self, wait):
+        """(clock, (accuracy, loss)) of the pending evaluation once it is
+        done; None while it runs (unless `wait`) or when none is pending."""
+        if self.thread is None or (not wait and self.thread.is_alive()):
+            return None
+        self.thread.join()
+        self.thread, outcome = None, self.outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return self.clock, outcome
+
+
 class Trainer:
     def __init__(self, a, client, model, train, test, shape, device):
         self.a, self.client, self.model = a, client, model
         self.x, self.y = torch.from_numpy(train[0]), torch.from_numpy(train[1])
         self.test = test
         self.shape, self.device = shape, device
+        # Copied before tether.torch hooks into the model.
+        self.evaluator = None
+        if (a.eval_in_background == "true" and a.eval_every > 0 and
+                test is not None and client.rank == 0):
+            try:
+                self.evaluator = BackgroundEvaluator(model, test, shape,
+                                                     device)
+            except Exception as e:  # a model that does not copy
+                print(f"worker {client.rank}: evaluating in the foreground "
+                      f"(the model does not copy: {e})", file=sys.stderr,
+                      flush=True)
         # A slowed worker's (--slowdown) gradients leave after its sleep.
         self.ps = tether.torch.ParameterServer(
             model, client, push_in_backward=(self.a.push_in_backward == "on"
@@ -265,7 +326,7 @@ class Trainer:
         self.rejected = 0
         self.samples = 0
         self.loss_sum, self.loss_count, self.last_loss = 0.0, 0, None
-        self.accuracy = None
+        self.accuracy, self.eval_clock = None, None
         self.start = self.last_report = time.monotonic()
         self.host = socket.gethostname()
         self.samples_at_report = 0
@@ -312,6 +373,9 @@ class Trainer:
             print(f"worker {self.client.rank}: stopping at clock "
                   f"{self.client.clocks}: {e}", file=sys.stderr, flush=True)
         self.tolerating_refused(self.ps.flush)
+        if self.evaluator is not None and self.evaluator.pending():
+            self.report(self.a.epochs - 1, evaluate=False, final=False,
+                        done=self.evaluator.take(wait=True))
         self.ps.pull()
         self.report(self.a.epochs - 1, evaluate=True, final=True)
         if self.a.profile:
@@ -436,8 +500,17 @@ class Trainer:
         self.last_loss = value
         eval_due = (self.a.eval_every > 0 and c.rank == 0 and
                     c.clocks % self.a.eval_every == 0)
-        if eval_due or c.clocks % max(1, self.a.report_every) == 0:
-            self.report(epoch, evaluate=eval_due, final=False)
+        done = (self.evaluator.take(wait=False)
+                if self.evaluator is not None else None)
+        if eval_due and self.evaluator is not None:
+            # One at a time: the last one, if it still runs, is waited for.
+            if self.evaluator.pending():
+                done = self.evaluator.take(wait=True)
+            self.evaluator.start(self.model, c.clocks)
+            eval_due = False
+        if (done is not None or eval_due or
+                c.clocks % max(1, self.a.report_every) == 0):
+            self.report(epoch, evaluate=eval_due, final=False, done=done)
         self.steps += 1
         self.step_s += time.perf_counter() - step_start
         self.torch_s += torch_s
@@ -470,7 +543,10 @@ class Trainer:
             return None
         return evaluate(self.model, self.test, self.shape, self.device)
 
-    def report(self, epoch, evaluate, final):
+    def report(self, epoch, evaluate, final, done=None):
+        """Reports and prints progress; with `evaluate`, evaluates now;
+        `done`: (clock, (accuracy, loss)) of one done in the
+        background."""
         c = self.client
         now = time.monotonic()
         dt = now - self.last_report
@@ -485,8 +561,10 @@ class Trainer:
         if evaluate:
             result = self.evaluate()
             if result is not None:
-                accuracy, test_loss = result
-                self.accuracy = accuracy
+                done = c.clocks, result
+        if done is not None:
+            self.eval_clock, (accuracy, test_loss) = done
+            self.accuracy = accuracy
         loss = (self.loss_sum / self.loss_count if self.loss_count else
                 (self.last_loss or 0.0))
         self.loss_sum, self.loss_count = 0.0, 0
@@ -498,6 +576,8 @@ class Trainer:
             return
         acc = (f" test accuracy {100 * self.accuracy:.1f}%"
                if self.accuracy is not None else "")
+        if self.accuracy is not None and self.eval_clock != c.clocks:
+            acc += f" (of clock {self.eval_clock})"
         loss_text = (f"{self.last_loss:.4f}" if self.last_loss is not None
                      else "-")
         line = (f"worker {c.rank}: epoch {epoch + 1}/{self.a.epochs} clock "
