@@ -48,6 +48,12 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python3 -m tether.worker",
         description="Trains a PyTorch model from a file on a tether run.")
+
+    def add_switch(flag, default, help):
+        """A true/false flag; given bare, true."""
+        p.add_argument(flag, nargs="?", const="true", default=default,
+                       choices=("true", "false"), help=help)
+
     p.add_argument("--coordinator", required=True,
                    help="HOST:PORT of shard 0")
     p.add_argument("--model", required=True, metavar="FILE.py:CLASS",
@@ -78,20 +84,18 @@ def parse_args(argv):
                    "gradients leave after its sleep); off: all of them in "
                    "one call after backward, which measured faster here "
                    "(BENCHMARKS.md, python_client)")
-    p.add_argument("--overlap-steps", nargs="?", const="true",
-                   default="false", choices=("true", "false"),
-                   help="with --staleness other than 0, a step computes while "
-                        "the last one's pushes and clock travel, on weights "
-                        "prefetched during its backward (pushes are then "
-                        "at most s + 1 clocks stale), as tether-worker's")
-    p.add_argument("--prefetch-with-push", nargs="?", const="true",
-                   default="false", choices=("true", "false"),
-                   help="with --staleness other than 0 and without "
-                        "--overlap-steps: ask for each parameter's next "
-                        "values right behind its gradient, so they come "
-                        "down the link while the gradients below still go "
-                        "up (with --push-in-backward on), as "
-                        "tether-worker's; false: pull them after the clock")
+    add_switch("--overlap-steps", "false",
+               "with --staleness other than 0, a step computes while "
+               "the last one's pushes and clock travel, on weights "
+               "prefetched during its backward (pushes are then "
+               "at most s + 1 clocks stale), as tether-worker's")
+    add_switch("--prefetch-with-push", "false",
+               "with --staleness other than 0 and without "
+               "--overlap-steps: ask for each parameter's next "
+               "values right behind its gradient, so they come "
+               "down the link while the gradients below still go "
+               "up (with --push-in-backward on), as "
+               "tether-worker's; false: pull them after the clock")
     p.add_argument("--wire-dtype", choices=("f32", "bf16", "int8"),
                    default="f32",
                    help="bf16: push gradients and pull weights as bfloat16 "
@@ -104,12 +108,11 @@ def parse_args(argv):
                    help="report progress to the coordinator every N clocks")
     p.add_argument("--eval-every", type=int, default=200,
                    help="rank 0 evaluates every N clocks (0: at the end only)")
-    p.add_argument("--eval-in-background", nargs="?", const="true",
-                   default="true", choices=("true", "false"),
-                   help="rank 0 evaluates a copy of the model on a thread of "
-                        "its own while training goes on (reported at the "
-                        "first report after it ends), as tether-worker's; "
-                        "false: training waits for each evaluation")
+    add_switch("--eval-in-background", "true",
+               "rank 0 evaluates a copy of the model on a thread of "
+               "its own while training goes on (reported at the "
+               "first report after it ends), as tether-worker's; "
+               "false: training waits for each evaluation")
     p.add_argument("--auth-key-file", default=None)
     p.add_argument("--tls-cert", default=None,
                    help="this process's certificate (PEM), in a TLS run")
