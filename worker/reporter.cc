@@ -74,12 +74,13 @@ Status Reporter::Report(int epoch, const EvalResult* eval, bool final,
 void Reporter::Print(int epoch, bool final) {
   if (o_.quiet && !final) return;
   char acc[64] = "";
-  if (test_accuracy_ >= 0 && eval_clock_ != client_.clock()) {
-    std::snprintf(acc, sizeof acc, " test accuracy %.1f%% (of clock %lld)",
-                  100.0 * test_accuracy_, static_cast<long long>(eval_clock_));
-  } else if (test_accuracy_ >= 0) {
-    std::snprintf(acc, sizeof acc, " test accuracy %.1f%%",
-                  100.0 * test_accuracy_);
+  if (test_accuracy_ >= 0) {
+    const int n = std::snprintf(acc, sizeof acc, " test accuracy %.1f%%",
+                                100.0 * test_accuracy_);
+    if (eval_clock_ != client_.clock()) {  // an earlier clock's
+      std::snprintf(acc + n, sizeof acc - n, " (of clock %lld)",
+                    static_cast<long long>(eval_clock_));
+    }
   }
   char line[256];
   std::snprintf(line, sizeof line,
