@@ -31,10 +31,6 @@ bool Runs(pid_t pid) {
   return name_end != std::string::npos && stat[name_end + 2] != 'Z';
 }
 
-// The launcher runs' straggler: 3x slower, 2x under TSan, where every
-// process is slow already (at 3x a four-epoch run there took 180 s).
-constexpr const char* kSlowdown = kUnderTsan ? "2" : "3";
-
 // tether-up's --summary-file, parsed; null when missing or not JSON.
 json::value ReadSummary(const std::string& path) {
   std::ifstream in(path);

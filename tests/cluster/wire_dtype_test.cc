@@ -306,7 +306,7 @@ TEST_F(WireDtype, Int8PushWithoutItsScalesIsRefusedNamingTheBlock) {
 // pulling so, and the run reaches the accuracy an f32 run is held to
 // (Training.LauncherRunReachesStatedAccuracyOnFashionMnist), in as many
 // epochs (three: after two, the final weights once measured 81.4% on a
-// loaded CI machine, 82% a few clocks before).
+// loaded CI machine, 82% a few clocks before), with the same straggler.
 class NarrowWireRun : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(NarrowWireRun, WorkersReachTheTargetAccuracy) {
@@ -316,7 +316,7 @@ TEST_P(NarrowWireRun, WorkersReachTheTargetAccuracy) {
   auto up = Process::Start(
       {TETHER_UP_BIN, "--http",         "127.0.0.1:0", "--shards",
        "2",           "--workers",      "3",           "--slow",
-       "1",           "--slowdown",     "3",           "--staleness",
+       "1",           "--slowdown",     kSlowdown,     "--staleness",
        "2",           "--epochs",       "3",           "--target-accuracy",
        "0.82",        "--wire-dtype",   dtype,         "--log-dir",
        dir.path(),    "--summary-file", summary_file},

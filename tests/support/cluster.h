@@ -33,6 +33,10 @@ inline constexpr bool kUnderTsan = false;
 #else
 inline constexpr bool kUnderTsan = false;
 #endif
+// A launcher run's straggler (tether-up --slowdown): 3x slower, 2x under
+// TSan, where every process is slow already (at 3x a three- or four-epoch
+// run there took 155-180 s).
+inline constexpr const char* kSlowdown = kUnderTsan ? "2" : "3";
 using tether::Tail;
 
 struct ClusterOptions {
