@@ -31,8 +31,10 @@ class CoordinatorRestart : public ::testing::Test {
   // 4 workers, 5 epochs of 150 clocks each; a round every 10 clocks. Small
   // (softmax) so that it also runs under ThreadSanitizer in time; slowed
   // there too, so that rounds are not skipped (shard 0 would then go back
-  // further than 10 clocks). Rank 0 evaluates every 10 clocks, and reports
-  // then (each of its lines carries a fresh evaluation).
+  // further than 10 clocks). Rank 0 evaluates every 10 clocks in the
+  // foreground, and reports then (each of its lines carries a fresh
+  // evaluation; in the background, the default, a line would carry the
+  // last one finished, and each result would count twice).
   void Start() {
     ClusterOptions o;
     o.shards = 2;
@@ -46,11 +48,11 @@ class CoordinatorRestart : public ::testing::Test {
     auto c = Cluster::Start(o, dir_.path());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     cluster_ = std::move(*c);
-    workers_ =
-        StartWorkers(cluster_->coordinator(), 4, dir_.path(),
-                     {"--model", "softmax", "--epochs", "5", "--staleness", "2",
-                      "--batch", "100", "--eval-every", "10", "--report-every",
-                      "10", "--quiet=false", "--slowdown", "3"});
+    workers_ = StartWorkers(
+        cluster_->coordinator(), 4, dir_.path(),
+        {"--model", "softmax", "--epochs", "5", "--staleness", "2", "--batch",
+         "100", "--eval-every", "10", "--report-every", "10", "--quiet=false",
+         "--slowdown", "3", "--eval-in-background=false"});
     ASSERT_EQ(workers_.size(), 4u);
   }
   // Every worker exits 0. Returns the run's test accuracy (percent): the
