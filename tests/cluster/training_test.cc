@@ -364,7 +364,6 @@ TEST(Training, LauncherKilledTakesItsProcessesWithIt) {
   }
 }
 
-// Every parameter of an MLP trained with s = 0 by 2 workers on 2 shards.
 // Trains an MLP at s = 0 with 2 workers, rank 0 evaluating every
 // `eval_every` clocks; its weights then, and the workers' logs in `logs`.
 std::map<std::string, std::vector<float>> TrainBspAndPull(
@@ -387,8 +386,8 @@ std::map<std::string, std::vector<float>> TrainBspAndPull(
   if (logs != nullptr) flags.push_back("--quiet=false");  // every line
   auto workers = StartWorkers((*cluster)->coordinator(), 2, dir.path(), flags);
   ExpectAllSucceed(workers);
-  for (auto& w : workers) {
-    if (logs != nullptr) *logs += w->Log();
+  if (logs != nullptr) {
+    for (auto& w : workers) *logs += w->Log();
   }
   auto observer = ConnectObserver((*cluster)->coordinator());
   std::map<std::string, std::vector<float>> params;
