@@ -19,7 +19,7 @@
 
 namespace tether {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: Pull.dtype
 inline constexpr size_t kFrameHeaderBytes = 4;
 inline constexpr size_t kDefaultMaxFrameBytes = size_t{64} << 20;
 // A FlatBuffer is at least a root offset and the file identifier.

@@ -46,14 +46,16 @@ NarrowedValues AddNarrowedRows(flatbuffers::FlatBufferBuilder& fbb,
       ToBf16(row(i), half + i * dim);
     }
   } else if (dtype == WireDtype::kInt8) {
-    std::vector<float> gathered;
-    std::span<const float> in = gathered;
+    // Rows apart in `values` are gathered first, into a buffer each thread
+    // keeps (as large as its largest frame), so that no frame allocates.
+    thread_local std::vector<float> gathered;
+    std::span<const float> in;
     if (positions.size() == 1) {
       in = row(0);
-    } else {
-      gathered.resize(n);
+    } else if (positions.size() > 1) {
+      if (gathered.size() < n) gathered.resize(n);
       GatherRows(values, positions, dim, gathered.data());
-      in = gathered;
+      in = std::span<const float>(gathered.data(), n);
     }
     // Both vectors are made first and found again by offset: making the
     // second may move the first.

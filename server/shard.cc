@@ -11,11 +11,20 @@
 namespace tether {
 namespace {
 
-// The dtype a pull asks its answer in.
-WireDtype PullDtype(const wire::Pull& m) {
-  return m.int8()   ? WireDtype::kInt8
-         : m.bf16() ? WireDtype::kBf16
-                    : WireDtype::kF32;
+// The dtype a pull asks its answer in; a value no Dtype has (a malformed
+// frame, or a newer client's) is refused, naming it.
+Result<WireDtype> PullDtype(const wire::Pull& m) {
+  switch (m.dtype()) {
+    case wire::Dtype::F32:
+      return WireDtype::kF32;
+    case wire::Dtype::Bf16:
+      return WireDtype::kBf16;
+    case wire::Dtype::Int8:
+      return WireDtype::kInt8;
+  }
+  return InvalidArgument("pull dtype " +
+                         std::to_string(static_cast<int>(m.dtype())) +
+                         ": expected 0 (f32), 1 (bf16) or 2 (int8)");
 }
 
 InitSpec ToInitSpec(const wire::InitSpec* spec) {
@@ -278,6 +287,12 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
     record();
     return out.Add(conn, MakeErrorFrame(m.request_id(), s));
   }
+  const Result<WireDtype> wanted = PullDtype(m);
+  if (!wanted.ok()) {
+    record();
+    return out.Add(conn, MakeErrorFrame(m.request_id(), wanted.status()));
+  }
+  const WireDtype dtype = *wanted;
   // Not held for the bound first: a provided tensor's provider may be the
   // very worker the bound waits for.
   if (Status s = store_.Ready(m.tensor(), blocks, keys); !s.ok()) {
@@ -329,7 +344,7 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
     clocks_.Wait(
         clock, staleness,
         [this, conn, id = m.request_id(), tensor = m.tensor(),
-         sparse = m.sparse(), dtype = PullDtype(m), blocks = std::move(blocks),
+         sparse = m.sparse(), dtype, blocks = std::move(blocks),
          keys = std::move(keys), rank = peer.rank, pid = peer.direct_pid,
          landing = m.landing()] {
           mu_.AssertHeld();  // run by ClocksMovedLocked
@@ -349,7 +364,7 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
   record();
   std::shared_ptr<const Landing> landed;
   OutFrame reply =
-      BuildPullReplyLocked(m.request_id(), m.tensor(), m.sparse(), PullDtype(m),
+      BuildPullReplyLocked(m.request_id(), m.tensor(), m.sparse(), dtype,
                            blocks, keys, peer.direct_pid, m.landing(), &landed);
   bytes_out_ += reply->size();
   out.Add(conn, std::move(reply), std::move(landed));

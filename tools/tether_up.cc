@@ -79,6 +79,7 @@ struct UpOptions {
   std::string wire_dtype = "f32";   // --wire-dtype, given to every worker
   bool overlap_steps = false;       // --overlap-steps, to every worker
   bool prefetch_with_push = false;  // --prefetch-with-push, to every worker
+  bool eval_in_background = true;   // --eval-in-background, to every worker
   int staleness = 3;
   std::string model = "mlp";
   // --hidden: the MLP's layer widths, given to every tether-worker; empty:
@@ -185,6 +186,10 @@ const std::vector<RunFlag>& RunFlags() {
         {"prefetch-with-push", false,
          [](auto& o) {
            return std::string(o.prefetch_with_push ? "true" : "false");
+         }},
+        {"eval-in-background", false,
+         [](auto& o) {
+           return std::string(o.eval_in_background ? "true" : "false");
          }},
     };
     out.insert(out.end(), own.begin(), own.end());
@@ -443,6 +448,7 @@ Status Launcher::StartWorkers() {
     }
     if (o_.overlap_steps) argv.push_back("--overlap-steps");
     if (o_.prefetch_with_push) argv.push_back("--prefetch-with-push");
+    if (!o_.eval_in_background) argv.push_back("--eval-in-background=false");
     if (slow) {
       argv.push_back("--slowdown");
       argv.push_back(NumberText(o_.slowdown));
@@ -890,6 +896,11 @@ void BindFlags(FlagParser& p, UpOptions& o) {
             "workers ask for each layer's next weights right behind its "
             "gradients (tether-worker --prefetch-with-push; for slow links; "
             "not with --python-model)");
+  p.AddBool("eval-in-background", &o.eval_in_background,
+            "rank 0 evaluates on a copy of the weights while it trains on "
+            "(tether-worker and python3 -m tether.worker "
+            "--eval-in-background); =false: the run waits for each "
+            "evaluation");
   p.AddString("log-dir", &o.log_dir, "where logs go (default: a new /tmp dir)");
   p.AddString("data-dir", &o.data_dir,
               "shards keep checkpoints in DIR/shard0, DIR/shard1, ... "

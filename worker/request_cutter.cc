@@ -8,6 +8,21 @@
 #include "schema/wire_values.h"
 
 namespace tether::client_internal {
+namespace {
+
+wire::Dtype ToWire(WireDtype dtype) {
+  switch (dtype) {
+    case WireDtype::kBf16:
+      return wire::Dtype::Bf16;
+    case WireDtype::kInt8:
+      return wire::Dtype::Int8;
+    case WireDtype::kF32:
+      break;
+  }
+  return wire::Dtype::F32;
+}
+
+}  // namespace
 
 Result<std::vector<BlockPart>> CutBlocks(const Slicer& slicer, uint32_t tensor,
                                          uint64_t size, uint32_t block_size,
@@ -77,8 +92,7 @@ OutFrame PullBlocksFrame(uint64_t request, uint32_t tensor,
   pb.add_request_id(request);
   pb.add_tensor(tensor);
   pb.add_blocks(blocks_offset);
-  pb.add_bf16(dtype == WireDtype::kBf16);
-  pb.add_int8(dtype == WireDtype::kInt8);
+  pb.add_dtype(ToWire(dtype));
   pb.add_clock(for_clock);
   if (dtype == WireDtype::kF32) pb.add_landing(landing);
   return FinishFrame(fbb, pb.Finish());
@@ -137,8 +151,7 @@ OutFrame PullRowsFrame(uint64_t request, uint32_t table, const KeyPart& part,
   pb.add_tensor(table);
   pb.add_keys(keys_offset);
   pb.add_sparse(true);
-  pb.add_bf16(dtype == WireDtype::kBf16);
-  pb.add_int8(dtype == WireDtype::kInt8);
+  pb.add_dtype(ToWire(dtype));
   return FinishFrame(fbb, pb.Finish());
 }
 

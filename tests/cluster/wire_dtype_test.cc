@@ -22,6 +22,7 @@
 #include "tests/support/temp_dir.h"
 #include "tests/support/worker_pool.h"
 #include "worker/client.h"
+#include "worker/request_cutter.h"
 #include "worker/shard_link.h"
 
 namespace tether::testing {
@@ -260,8 +261,10 @@ TEST_F(WireDtype, NonFiniteNarrowPushIsRefusedNamingTheElement) {
 }
 
 // int8 values that come without their scales are refused, naming the
-// block, change nothing, and the shard serves on.
-TEST_F(WireDtype, Int8PushWithoutItsScalesIsRefusedNamingTheBlock) {
+// block, and change nothing; a pull for a dtype the protocol does not have
+// (a newer client's, or garbage) is refused, naming it; the connection and
+// the shard serve on.
+TEST_F(WireDtype, MalformedNarrowRequestsAreRefusedNamingWhatIsWrong) {
   ASSERT_NO_FATAL_FAILURE(Start(1, 4));
   ASSERT_TRUE(f32_->DefineTensor("w", {8}).ok());
   auto peer = RawPeer::Connect(cluster_->coordinator());
@@ -299,6 +302,33 @@ TEST_F(WireDtype, Int8PushWithoutItsScalesIsRefusedNamingTheBlock) {
   std::vector<float> w(8, -1.0f);
   ASSERT_TRUE(f32_->Pull("w", w).ok());
   EXPECT_EQ(w, std::vector<float>(8, 0.0f));
+
+  flatbuffers::FlatBufferBuilder pull(128);
+  auto block0 = pull.CreateVector(std::vector<uint32_t>{0});
+  wire::PullBuilder unknown(pull);
+  unknown.add_request_id(3);
+  unknown.add_tensor(id);
+  unknown.add_blocks(block0);
+  unknown.add_dtype(static_cast<wire::Dtype>(7));
+  ASSERT_FALSE(raw.Send(Bytes(*FinishFrame(pull, unknown.Finish()))));
+  auto refused = raw.ReadFrame(kReplyTimeoutMs);
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  const wire::Error* bad_dtype = refused->message()->body_as_Error();
+  ASSERT_NE(bad_dtype, nullptr);
+  EXPECT_EQ(bad_dtype->request_id(), 3u);
+  EXPECT_EQ(bad_dtype->message()->str(),
+            "pull dtype 7: expected 0 (f32), 1 (bf16) or 2 (int8)");
+  ASSERT_FALSE(raw.Send(Bytes(*client_internal::PullBlocksFrame(
+      4, id, {0}, tether::WireDtype::kBf16))));
+  auto answered = raw.ReadFrame(kReplyTimeoutMs);
+  ASSERT_TRUE(answered.ok()) << answered.status().ToString();
+  const wire::PullReply* reply = answered->message()->body_as_PullReply();
+  ASSERT_NE(reply, nullptr)
+      << wire::EnumNameBody(answered->message()->body_type());
+  EXPECT_EQ(reply->request_id(), 4u);
+  ASSERT_NE(reply->blocks(), nullptr);
+  ASSERT_EQ(reply->blocks()->size(), 1u);
+  EXPECT_NE(reply->blocks()->Get(0)->bf16(), nullptr);
   ExpectAllRunning(*cluster_);
 }
 

@@ -345,12 +345,13 @@ TEST(RequestCutter, Bf16PushFrameCarriesHalfTheBytes) {
             (std::vector<uint16_t>{ToBf16(1.1f), ToBf16(1.2f), ToBf16(0.1f),
                                    ToBf16(0.2f)}));
   Frame pull = Receive(PullRowsFrame(2, 0, kTwoRowsPart, WireDtype::kBf16));
-  EXPECT_TRUE(pull.message()->body_as_Pull()->bf16());
+  EXPECT_EQ(pull.message()->body_as_Pull()->dtype(), wire::Dtype::Bf16);
   const std::vector<uint32_t> blocks = {0, 1, 2, 3};
   Frame dense_pull = Receive(PullBlocksFrame(2, 7, blocks, WireDtype::kBf16));
-  EXPECT_TRUE(dense_pull.message()->body_as_Pull()->bf16());
-  EXPECT_FALSE(
-      Receive(PullBlocksFrame(2, 7, blocks)).message()->body_as_Pull()->bf16());
+  EXPECT_EQ(dense_pull.message()->body_as_Pull()->dtype(), wire::Dtype::Bf16);
+  EXPECT_EQ(
+      Receive(PullBlocksFrame(2, 7, blocks)).message()->body_as_Pull()->dtype(),
+      wire::Dtype::F32);
 }
 
 // int8: a byte a value and a scale per 256, rounded stochastically
@@ -383,14 +384,14 @@ TEST(RequestCutter, Int8PushFrameCarriesAboutAQuarterOfTheBytes) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_NEAR(row_push->rows_q8()->Get(i) * step, want[i], step) << i;
   }
-  EXPECT_TRUE(Receive(PullRowsFrame(2, 0, kTwoRowsPart, WireDtype::kInt8))
-                  .message()
-                  ->body_as_Pull()
-                  ->int8());
+  EXPECT_EQ(Receive(PullRowsFrame(2, 0, kTwoRowsPart, WireDtype::kInt8))
+                .message()
+                ->body_as_Pull()
+                ->dtype(),
+            wire::Dtype::Int8);
   const std::vector<uint32_t> blocks = {0, 1, 2, 3};
   Frame dense_pull = Receive(PullBlocksFrame(2, 7, blocks, WireDtype::kInt8));
-  EXPECT_TRUE(dense_pull.message()->body_as_Pull()->int8());
-  EXPECT_FALSE(dense_pull.message()->body_as_Pull()->bf16());
+  EXPECT_EQ(dense_pull.message()->body_as_Pull()->dtype(), wire::Dtype::Int8);
 }
 
 // Values (initial ones, a provide, or assigned ones) travel exact whatever
