@@ -25,6 +25,31 @@ NarrowedValues AddNarrowed(flatbuffers::FlatBufferBuilder& fbb,
                          dither_seed);
 }
 
+wire::Dtype ToWire(WireDtype dtype) {
+  switch (dtype) {
+    case WireDtype::kBf16:
+      return wire::Dtype::Bf16;
+    case WireDtype::kInt8:
+      return wire::Dtype::Int8;
+    case WireDtype::kF32:
+      break;
+  }
+  return wire::Dtype::F32;
+}
+
+Result<WireDtype> FromWire(wire::Dtype dtype) {
+  switch (dtype) {
+    case wire::Dtype::F32:
+      return WireDtype::kF32;
+    case wire::Dtype::Bf16:
+      return WireDtype::kBf16;
+    case wire::Dtype::Int8:
+      return WireDtype::kInt8;
+  }
+  return InvalidArgument("dtype " + std::to_string(static_cast<int>(dtype)) +
+                         ": expected 0 (f32), 1 (bf16) or 2 (int8)");
+}
+
 void GatherRows(std::span<const float> values,
                 std::span<const size_t> positions, size_t dim, float* out) {
   for (size_t i = 0; i < positions.size(); ++i) {

@@ -11,6 +11,7 @@
 
 #include "flatbuffers/flatbuffers.h"
 #include "schema/status.h"
+#include "schema/tether_generated.h"
 #include "schema/wire_dtype.h"
 
 namespace tether {
@@ -19,6 +20,11 @@ namespace tether {
 // (e.g. "--wire-dtype") otherwise.
 Result<WireDtype> ParseWireDtype(const std::string& name,
                                  const std::string& flag);
+
+// The dtype as a Pull names it, and back. A value no Dtype has (a malformed
+// frame, or a newer client's) is refused, naming it.
+wire::Dtype ToWire(WireDtype dtype);
+Result<WireDtype> FromWire(wire::Dtype dtype);
 
 // Bytes a value takes on the wire at most, for sizing frames (int8: its
 // byte and its share of the group's scale).

@@ -11,22 +11,6 @@
 namespace tether {
 namespace {
 
-// The dtype a pull asks its answer in; a value no Dtype has (a malformed
-// frame, or a newer client's) is refused, naming it.
-Result<WireDtype> PullDtype(const wire::Pull& m) {
-  switch (m.dtype()) {
-    case wire::Dtype::F32:
-      return WireDtype::kF32;
-    case wire::Dtype::Bf16:
-      return WireDtype::kBf16;
-    case wire::Dtype::Int8:
-      return WireDtype::kInt8;
-  }
-  return InvalidArgument("pull dtype " +
-                         std::to_string(static_cast<int>(m.dtype())) +
-                         ": expected 0 (f32), 1 (bf16) or 2 (int8)");
-}
-
 InitSpec ToInitSpec(const wire::InitSpec* spec) {
   InitSpec init;
   if (spec == nullptr) return init;
@@ -287,10 +271,11 @@ void Shard::OnPull(const PeerInfo& peer, const wire::Pull& m,
     record();
     return out.Add(conn, MakeErrorFrame(m.request_id(), s));
   }
-  const Result<WireDtype> wanted = PullDtype(m);
+  const Result<WireDtype> wanted = FromWire(m.dtype());
   if (!wanted.ok()) {
     record();
-    return out.Add(conn, MakeErrorFrame(m.request_id(), wanted.status()));
+    return out.Add(conn, MakeErrorFrame(m.request_id(),
+                                        wanted.status().WithContext("pull")));
   }
   const WireDtype dtype = *wanted;
   // Not held for the bound first: a provided tensor's provider may be the

@@ -138,6 +138,8 @@ struct UpOptions {
   int resumed_shards = 0;
 };
 
+std::string BoolText(bool value) { return value ? "true" : "false"; }
+
 // The flags that make a run what it is, kept in DATA_DIR/tether-up.flags so
 // that --resume needs none of them again. `identity`: a resumed run cannot
 // change it (a differing value is refused, naming the flag).
@@ -180,17 +182,11 @@ const std::vector<RunFlag>& RunFlags() {
          [](auto& o) { return std::to_string(o.gpu_workers); }},
         {"wire-dtype", false, [](auto& o) { return o.wire_dtype; }},
         {"overlap-steps", false,
-         [](auto& o) {
-           return std::string(o.overlap_steps ? "true" : "false");
-         }},
+         [](auto& o) { return BoolText(o.overlap_steps); }},
         {"prefetch-with-push", false,
-         [](auto& o) {
-           return std::string(o.prefetch_with_push ? "true" : "false");
-         }},
+         [](auto& o) { return BoolText(o.prefetch_with_push); }},
         {"eval-in-background", false,
-         [](auto& o) {
-           return std::string(o.eval_in_background ? "true" : "false");
-         }},
+         [](auto& o) { return BoolText(o.eval_in_background); }},
     };
     out.insert(out.end(), own.begin(), own.end());
     return out;

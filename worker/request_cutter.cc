@@ -8,21 +8,6 @@
 #include "schema/wire_values.h"
 
 namespace tether::client_internal {
-namespace {
-
-wire::Dtype ToWire(WireDtype dtype) {
-  switch (dtype) {
-    case WireDtype::kBf16:
-      return wire::Dtype::Bf16;
-    case WireDtype::kInt8:
-      return wire::Dtype::Int8;
-    case WireDtype::kF32:
-      break;
-  }
-  return wire::Dtype::F32;
-}
-
-}  // namespace
 
 Result<std::vector<BlockPart>> CutBlocks(const Slicer& slicer, uint32_t tensor,
                                          uint64_t size, uint32_t block_size,

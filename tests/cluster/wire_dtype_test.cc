@@ -317,7 +317,7 @@ TEST_F(WireDtype, MalformedNarrowRequestsAreRefusedNamingWhatIsWrong) {
   ASSERT_NE(bad_dtype, nullptr);
   EXPECT_EQ(bad_dtype->request_id(), 3u);
   EXPECT_EQ(bad_dtype->message()->str(),
-            "pull dtype 7: expected 0 (f32), 1 (bf16) or 2 (int8)");
+            "pull: dtype 7: expected 0 (f32), 1 (bf16) or 2 (int8)");
   ASSERT_FALSE(raw.Send(Bytes(*client_internal::PullBlocksFrame(
       4, id, {0}, tether::WireDtype::kBf16))));
   auto answered = raw.ReadFrame(kReplyTimeoutMs);

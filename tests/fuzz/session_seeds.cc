@@ -138,11 +138,8 @@ OutFrame NarrowPull(uint64_t id, uint32_t tensor, std::vector<uint32_t> blocks,
   const bool sparse = !keys.empty();
   auto b = fbb.CreateVector(blocks);
   auto k = fbb.CreateVector(keys);
-  const wire::Dtype wire_dtype = dtype == WireDtype::kBf16   ? wire::Dtype::Bf16
-                                 : dtype == WireDtype::kInt8 ? wire::Dtype::Int8
-                                                             : wire::Dtype::F32;
-  return FinishFrame(
-      fbb, wire::CreatePull(fbb, id, tensor, b, k, sparse, -1, 0, wire_dtype));
+  return FinishFrame(fbb, wire::CreatePull(fbb, id, tensor, b, k, sparse, -1, 0,
+                                           ToWire(dtype)));
 }
 
 template <typename Make>

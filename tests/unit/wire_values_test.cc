@@ -287,5 +287,21 @@ TEST(WireValues, ParseWireDtypeNamesTheFlag) {
             "--wire-dtype: f32, bf16 or int8, not 'fp8'");
 }
 
+// Each dtype travels as its own wire::Dtype and comes back; a value the
+// protocol does not have is refused, naming it.
+TEST(WireValues, DtypesRoundTripThroughTheWireEnumAndUnknownOnesAreRefused) {
+  for (WireDtype d : {WireDtype::kF32, WireDtype::kBf16, WireDtype::kInt8}) {
+    auto back = FromWire(ToWire(d));
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, d);
+  }
+  EXPECT_NE(ToWire(WireDtype::kBf16), ToWire(WireDtype::kInt8));
+  auto bad = FromWire(static_cast<wire::Dtype>(9));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(),
+            "dtype 9: expected 0 (f32), 1 (bf16) or 2 (int8)");
+}
+
 }  // namespace
 }  // namespace tether
