@@ -66,36 +66,44 @@ void Connection::Start(FrameHandler on_frame, CloseHandler on_close) {
 }
 
 void Connection::DoRead() {
-  // Every whole frame in in_, until reading pauses or a body needs more;
-  // what their handler sends leaves in one write after the last.
-  Cork();
-  while (!closed_ && !read_failed_ && incoming_.size() == 0 &&
-         queued_bytes_ <= options_.max_queued_bytes) {
-    if (!TakeBufferedFrame()) break;
+  // Reads that polled in a row, before the reactor gives the thread's
+  // other handlers their turn.
+  constexpr int kMaxPolledReads = 64;
+  for (int polled = 0;; ++polled) {
+    // Every whole frame in in_, until reading pauses or a body needs
+    // more; what their handler sends leaves in one write after the last.
+    Cork();
+    while (!closed_ && !read_failed_ && incoming_.size() == 0 &&
+           queued_bytes_ <= options_.max_queued_bytes) {
+      if (!TakeBufferedFrame()) break;
+    }
+    Uncork();
+    if (closed_ || read_failed_) return;
+    if (queued_bytes_ > options_.max_queued_bytes) {
+      reading_paused_ = true;  // OnWrite resumes once the queue drains
+      return;
+    }
+    if (incoming_.size() > 0) {
+      // The rest of a body: straight into its frame.
+      return stream_.Visit([this](auto& stream) {
+        asio::async_read(
+            stream,
+            asio::buffer(incoming_.body() + incoming_filled_,
+                         incoming_.body_size() - incoming_filled_),
+            TransferAll,
+            asio::bind_executor(strand_,
+                                [self = shared_from_this()](auto ec, size_t n) {
+                                  self->OnReadBody(ec, n);
+                                }));
+      });
+    }
+    // Less than a header left: to the front, and read more behind it.
+    std::memmove(in_.get(), in_.get() + in_begin_, in_end_ - in_begin_);
+    in_end_ -= in_begin_;
+    in_begin_ = 0;
+    if (polled == kMaxPolledReads || !PollRead()) break;
   }
-  Uncork();
-  if (closed_ || read_failed_) return;
-  if (queued_bytes_ > options_.max_queued_bytes) {
-    reading_paused_ = true;  // OnWrite resumes once the queue drains
-    return;
-  }
-  if (incoming_.size() > 0) {
-    // The rest of a body: straight into its frame.
-    return stream_.Visit([this](auto& stream) {
-      asio::async_read(stream,
-                       asio::buffer(incoming_.body() + incoming_filled_,
-                                    incoming_.body_size() - incoming_filled_),
-                       TransferAll,
-                       asio::bind_executor(strand_, [self = shared_from_this()](
-                                                        auto ec, size_t n) {
-                         self->OnReadBody(ec, n);
-                       }));
-    });
-  }
-  // Less than a header left: to the front, and read more behind it.
-  std::memmove(in_.get(), in_.get() + in_begin_, in_end_ - in_begin_);
-  in_end_ -= in_begin_;
-  in_begin_ = 0;
+  if (options_.spin_us > 0) read_armed_ = std::chrono::steady_clock::now();
   stream_.Visit([this](auto& stream) {
     stream.async_read_some(
         asio::buffer(in_.get() + in_end_, kReadBufferBytes - in_end_),
@@ -106,9 +114,35 @@ void Connection::DoRead() {
   });
 }
 
+bool Connection::PollRead() {
+  if (options_.spin_us <= 0 || direct_fd_ < 0 || !peer_quick_) return false;
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::microseconds(options_.spin_us);
+  do {
+    const ssize_t n = ::recv(direct_fd_, in_.get() + in_end_,
+                             kReadBufferBytes - in_end_, MSG_DONTWAIT);
+    if (n > 0) {
+      bytes_in_ += n;
+      in_end_ += n;
+      ++polled_reads_;
+      return true;
+    }
+    // The end of the stream, or an error: the reactor's read reports it.
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      return false;
+    }
+  } while (std::chrono::steady_clock::now() < until);
+  peer_quick_ = false;
+  return false;
+}
+
 void Connection::OnReadSome(const boost::system::error_code& ec, size_t n) {
   bytes_in_ += n;
   in_end_ += n;
+  if (options_.spin_us > 0) {
+    peer_quick_ = std::chrono::steady_clock::now() - read_armed_ <
+                  std::chrono::microseconds(options_.spin_us);
+  }
   if (ec) {
     const size_t got = in_end_ - in_begin_;
     if (ec == asio::error::eof && got > 0) {

@@ -63,6 +63,11 @@ void Bind(FlagParser& p, ServerOptions& o) {
               "bit-identical (from the round given with --resume, if any)");
   p.AddInt("threads", &o.threads,
            "I/O threads, each serving its share of the connections");
+  p.AddInt("spin-us", &o.spin_us,
+           "after answering a worker that sends its requests back to back, "
+           "poll its socket this long for the next one before sleeping: no "
+           "wake-up per request, for up to this much CPU time per pause in "
+           "its requests (plain TCP); 0: never");
   p.AddInt("apply-threads", &o.apply_threads,
            "threads that apply a push of a large tensor (512Ki floats or "
            "more) together, each a run of its blocks; 0: one per core");
@@ -265,6 +270,9 @@ Status Check(const ServerOptions& o, const FlagParser& p) {
   }
   if (o.threads < 1 || o.threads > 256) {
     return InvalidArgument("--threads: must be in 1..256");
+  }
+  if (o.spin_us < 0 || o.spin_us > 10000) {
+    return InvalidArgument("--spin-us: must be in 0..10000");
   }
   if (o.apply_threads < 0 || o.apply_threads > 256) {
     return InvalidArgument(

@@ -39,6 +39,9 @@ struct ServerOptions {
   // resumed, with --resume). Empty: none.
   std::string replay;
   int threads = 2;  // --threads: I/O threads
+  // --spin-us: how long a connection polls for a quick peer's next
+  // request (ConnectionOptions::spin_us).
+  int spin_us = 0;
   // --apply-threads: threads that apply a push of a large tensor (at least
   // ParamStore::kParallelApplyFloats floats) together; 0: one per core.
   int apply_threads = 0;

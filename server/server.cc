@@ -51,6 +51,7 @@ Server::Server(ServerOptions options)
   session_options_ = connection_options_;
   session_options_.handshake_timeout_ms = options_.handshake_timeout_ms;
   session_options_.idle_timeout_ms = options_.idle_timeout_ms;
+  session_options_.spin_us = options_.spin_us;
 }
 
 Server::~Server() {

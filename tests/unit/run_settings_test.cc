@@ -176,6 +176,18 @@ ServerOptions Parse(const std::vector<std::string>& argv) {
   return o.ok() ? *o : ServerOptions{};
 }
 
+TEST(ServerOptions, SpinUsIsTakenInItsRangeAndRefusedOutsideNamingTheFlag) {
+  EXPECT_EQ(Parse({"tether-server"}).spin_us, 0);
+  EXPECT_EQ(Parse({"tether-server", "--spin-us", "50"}).spin_us, 50);
+  for (const char* bad : {"-1", "10001"}) {
+    const char* argv[] = {"tether-server", "--spin-us", bad};
+    bool help = false;
+    Result<ServerOptions> o = ParseServerOptions(3, argv, &help);
+    ASSERT_FALSE(o.ok()) << bad;
+    EXPECT_EQ(o.status().message(), "--spin-us: must be in 0..10000") << bad;
+  }
+}
+
 TEST(RunSettings, EveryFlagRoundTripsThroughTetherServersFlags) {
   const RunSettings s = EveryFieldUnusual();
   std::vector<std::string> argv = {"tether-server", "--data-dir", "/tmp/x"};

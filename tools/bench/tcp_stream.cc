@@ -17,7 +17,8 @@
 // (after 1000 untimed); TCP_NODELAY on both ends, one blocking thread each,
 // as a hand-written request/reply loop would be. With --spin-us the pinger
 // polls for the reply that long before it blocks (as a tether client's
-// blocking call does, ClientOptions::spin_us). Prints "tcp_pingpong
+// blocking call does, ClientOptions::spin_us), and the echo for the next
+// message (as tether-server --spin-us does). Prints "tcp_pingpong
 // median_us X p99_us Y".
 #include <sys/socket.h>
 
@@ -35,33 +36,34 @@ namespace {
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-// Sends each `size`-byte message back until the pinger closes.
-void Echo(tcp::socket& socket, size_t size) {
-  socket.set_option(tcp::no_delay(true));
-  std::vector<char> message(size);
-  boost::system::error_code ec;
-  while (true) {
-    asio::read(socket, asio::buffer(message), ec);
-    if (ec) return;
-    asio::write(socket, asio::buffer(message), ec);
-    if (ec) return;
-  }
-}
-
-// Reads `size` bytes into `message`, polling for them for `spin_us` first.
-void ReadReply(tcp::socket& socket, std::vector<char>& message, int spin_us) {
+// Reads message.size() bytes into `message`, polling for them for
+// `spin_us` first; false at the end of the stream.
+bool ReadWhole(tcp::socket& socket, std::vector<char>& message, int spin_us) {
   size_t got = 0;
   const auto until =
       std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
   while (got < message.size() && std::chrono::steady_clock::now() < until) {
     const ssize_t n = ::recv(socket.native_handle(), message.data() + got,
                              message.size() - got, MSG_DONTWAIT);
-    if (n == 0) throw std::runtime_error("the echo closed the connection");
+    if (n == 0) return false;
     if (n > 0) got += n;
   }
+  boost::system::error_code ec;
   if (got < message.size()) {
-    asio::read(socket,
-               asio::buffer(message.data() + got, message.size() - got));
+    asio::read(socket, asio::buffer(message.data() + got, message.size() - got),
+               ec);
+  }
+  return !ec;
+}
+
+// Sends each `size`-byte message back until the pinger closes.
+void Echo(tcp::socket& socket, size_t size, int spin_us) {
+  socket.set_option(tcp::no_delay(true));
+  std::vector<char> message(size);
+  boost::system::error_code ec;
+  while (ReadWhole(socket, message, spin_us)) {
+    asio::write(socket, asio::buffer(message), ec);
+    if (ec) return;
   }
 }
 
@@ -74,7 +76,9 @@ void Ping(tcp::socket& socket, size_t size, int ops, int spin_us) {
   for (int i = 0; i < kWarmup + ops; ++i) {
     const auto start = std::chrono::steady_clock::now();
     asio::write(socket, asio::buffer(message));
-    ReadReply(socket, message, spin_us);
+    if (!ReadWhole(socket, message, spin_us)) {
+      throw std::runtime_error("the echo closed the connection");
+    }
     const auto end = std::chrono::steady_clock::now();
     if (i >= kWarmup) {
       us.push_back(
@@ -102,7 +106,8 @@ int main(int argc, char** argv) {
   p.AddUint64("size", &size, "ping-pong message size in bytes");
   p.AddInt("ops", &ops, "timed ping-pong round trips");
   p.AddInt("spin-us", &spin_us,
-           "how long the pinger polls for a reply before it blocks");
+           "how long the pinger polls for a reply, and the echo for the "
+           "next message, before it blocks");
   if (auto exit_code = p.ParseForMain(argc, argv)) return *exit_code;
   if (size < 1 || size > (uint64_t{1} << 20) || ops < 1) {
     std::cerr << "tether-bench-tcp: --size must be 1 to 1048576 and --ops at "
@@ -118,7 +123,7 @@ int main(int argc, char** argv) {
           io, tcp::endpoint(asio::ip::make_address(hp->host), hp->port));
       std::cout << "port " << acceptor.local_endpoint().port() << std::endl;
       tcp::socket socket = acceptor.accept();
-      Echo(socket, size);
+      Echo(socket, size, spin_us);
       return 0;
     }
     if (!ping.empty()) {
