@@ -103,7 +103,7 @@ void Connection::DoRead() {
     in_begin_ = 0;
     if (polled == kMaxPolledReads || !PollRead()) break;
   }
-  if (options_.spin_us > 0) read_armed_ = std::chrono::steady_clock::now();
+  if (Polls()) read_armed_ = std::chrono::steady_clock::now();
   stream_.Visit([this](auto& stream) {
     stream.async_read_some(
         asio::buffer(in_.get() + in_end_, kReadBufferBytes - in_end_),
@@ -115,7 +115,7 @@ void Connection::DoRead() {
 }
 
 bool Connection::PollRead() {
-  if (options_.spin_us <= 0 || direct_fd_ < 0 || !peer_quick_) return false;
+  if (!peer_quick_) return false;  // only ever set when Polls()
   const auto until = std::chrono::steady_clock::now() +
                      std::chrono::microseconds(options_.spin_us);
   do {
@@ -139,7 +139,7 @@ bool Connection::PollRead() {
 void Connection::OnReadSome(const boost::system::error_code& ec, size_t n) {
   bytes_in_ += n;
   in_end_ += n;
-  if (options_.spin_us > 0) {
+  if (Polls()) {
     peer_quick_ = std::chrono::steady_clock::now() - read_armed_ <
                   std::chrono::microseconds(options_.spin_us);
   }

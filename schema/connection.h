@@ -121,8 +121,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // needs more of its body), then starts the one next read: the rest of
   // that body straight into its frame, or more into in_.
   void DoRead();
-  // Polls the socket for more of in_ (options_.spin_us) while the peer is
-  // quick; true when bytes came.
+  // Whether this connection polls (options_.spin_us, plain TCP).
+  bool Polls() const { return options_.spin_us > 0 && direct_fd_ >= 0; }
+  // Polls the socket for more of in_ while the peer is quick; true when
+  // bytes came.
   bool PollRead();
   void OnReadSome(const boost::system::error_code& ec, size_t n);
   void OnReadBody(const boost::system::error_code& ec, size_t n);
