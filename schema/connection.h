@@ -119,7 +119,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static constexpr size_t kReadBufferBytes = size_t{64} << 10;
   // Delivers the whole frames in in_ (until reading pauses or a frame
   // needs more of its body), then starts the one next read: the rest of
-  // that body straight into its frame, or more into in_.
+  // that body straight into its frame, or more into in_ -- polled for
+  // while the peer is quick (PollRead; after 64 polled reads in a row, the
+  // next poll is queued behind the thread's other handlers), else through
+  // the reactor.
   void DoRead();
   // Whether this connection polls (options_.spin_us, plain TCP).
   bool Polls() const { return options_.spin_us > 0 && direct_fd_ >= 0; }

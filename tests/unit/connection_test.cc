@@ -26,6 +26,7 @@
 
 #include "schema/io_pool.h"
 #include "schema/mutex.h"
+#include "schema/status.h"
 
 namespace tether {
 namespace {
@@ -42,6 +43,17 @@ OutFrame NumberedFrame(uint64_t id, size_t bytes) {
 size_t SizeOf(uint64_t seq) {
   return seq % 7 == 6 ? Connection::kDirectWriteMaxBytes + 1000
                       : 40 + seq % 300;
+}
+
+// The next frame on `socket`, read whole, or why its header is bad.
+Result<Frame> ReadFrame(tcp::socket& socket) {
+  uint8_t header[kFrameHeaderBytes];
+  asio::read(socket, asio::buffer(header));
+  auto length = ParseFrameHeader(header, kDefaultMaxFrameBytes);
+  if (!length.ok()) return length.status();
+  Frame frame(*length);
+  asio::read(socket, asio::buffer(frame.body(), frame.body_size()));
+  return frame;
 }
 
 // A connected pair of sockets on loopback, on `io`.
@@ -153,15 +165,11 @@ TEST(Connection, PeerThatReadsLateGetsEveryFrameInOrder) {
   std::vector<uint64_t> next(2, 0);
   uint64_t bytes = 0;
   for (uint64_t i = 0; i < 2 * kFrames; ++i) {
-    uint8_t header[kFrameHeaderBytes];
-    asio::read(b, asio::buffer(header));
-    auto length = ParseFrameHeader(header, kDefaultMaxFrameBytes);
-    ASSERT_TRUE(length.ok())
-        << "frame " << i << ": " << length.status().message();
-    Frame frame(*length);
-    asio::read(b, asio::buffer(frame.body(), frame.body_size()));
-    ASSERT_TRUE(frame.Verify().ok()) << "frame " << i;
-    const wire::Error* e = frame.message()->body_as_Error();
+    Result<Frame> frame = ReadFrame(b);
+    ASSERT_TRUE(frame.ok())
+        << "frame " << i << ": " << frame.status().message();
+    ASSERT_TRUE(frame->Verify().ok()) << "frame " << i;
+    const wire::Error* e = frame->message()->body_as_Error();
     ASSERT_NE(e, nullptr);
     const uint64_t thread = e->request_id() / kPerThread;
     const uint64_t seq = e->request_id() % kPerThread;
@@ -170,7 +178,7 @@ TEST(Connection, PeerThatReadsLateGetsEveryFrameInOrder) {
     ASSERT_EQ(e->message()->size(),
               Connection::kDirectWriteMaxBytes - 200 - seq % 1000);
     next[thread] = seq + 1;
-    bytes += frame.size();
+    bytes += frame->size();
   }
   // Every byte read was counted as written, once.
   const auto until =
@@ -257,18 +265,6 @@ TEST(Connection, FramesCutAnywhereByThePeerArriveWholeAndInOrder) {
   pool.Join();
 }
 
-// The next frame on `socket`, read whole; an empty Frame when its header
-// is bad.
-Frame ReadFrame(tcp::socket& socket) {
-  uint8_t header[kFrameHeaderBytes];
-  asio::read(socket, asio::buffer(header));
-  auto length = ParseFrameHeader(header, kDefaultMaxFrameBytes);
-  if (!length.ok()) return Frame();
-  Frame frame(*length);
-  asio::read(socket, asio::buffer(frame.body(), frame.body_size()));
-  return frame;
-}
-
 // Bytes waiting to be read on `socket`.
 int Readable(tcp::socket& socket) {
   int n = -1;
@@ -334,12 +330,14 @@ TEST(Connection, AnswersSentWhileAReadIsHandledGoOutInOrder) {
     if (i == 10) expected.push_back(kLarge);
   }
   for (size_t k = 0; k < expected.size(); ++k) {
-    Frame frame = ReadFrame(a);
-    ASSERT_TRUE(frame.size() > 0 && frame.Verify().ok()) << "reply " << k;
-    const wire::Error* e = frame.message()->body_as_Error();
+    Result<Frame> frame = ReadFrame(a);
+    ASSERT_TRUE(frame.ok())
+        << "reply " << k << ": " << frame.status().message();
+    ASSERT_TRUE(frame->Verify().ok()) << "reply " << k;
+    const wire::Error* e = frame->message()->body_as_Error();
     ASSERT_NE(e, nullptr);
     ASSERT_EQ(e->request_id(), expected[k]) << "reply " << k;
-    EXPECT_EQ(frame.size(), reply(expected[k])->size()) << "reply " << k;
+    EXPECT_EQ(frame->size(), reply(expected[k])->size()) << "reply " << k;
   }
   ASSERT_EQ(bytes_in_first, requests.size())
       << "the requests came in more than one read: nothing was tested";
@@ -362,10 +360,11 @@ TEST(Connection, AnswersSentWhileAReadIsHandledGoOutInOrder) {
 // A connection that polls for a quick peer's next request (spin_us), on
 // the pool's one thread, answers a request/reply peer: each request, some
 // cut in two with a pause between the halves, is answered in order, and
-// most come by polling, not through the reactor. The peer never pauses, yet
-// a timer on the same thread still fires while it runs (polling hands the
-// thread back now and then), and the peer's close, seen while polling, ends
-// the connection normally.
+// every read after the first comes by polling, not through the reactor,
+// even past the cap on polled reads in a row. The peer never pauses, yet
+// a timer on the same thread still fires while it runs (at the cap the
+// thread's other handlers get their turn), and the peer's close, seen
+// while polling, ends the connection normally.
 TEST(Connection, PollingForAQuickPeerAnswersInOrderAndLeavesTheThreadToOthers) {
   IoPool pool(1);
   auto [a, b] = Pair(pool.Next());
@@ -413,9 +412,11 @@ TEST(Connection, PollingForAQuickPeerAnswersInOrderAndLeavesTheThreadToOthers) {
     } else {
       asio::write(a, asio::buffer(request));
     }
-    Frame frame = ReadFrame(a);
-    ASSERT_TRUE(frame.size() > 0 && frame.Verify().ok()) << "reply " << i;
-    ASSERT_EQ(frame.message()->body_as_Error()->request_id(), i);
+    Result<Frame> frame = ReadFrame(a);
+    ASSERT_TRUE(frame.ok())
+        << "reply " << i << ": " << frame.status().message();
+    ASSERT_TRUE(frame->Verify().ok()) << "reply " << i;
+    ASSERT_EQ(frame->message()->body_as_Error()->request_id(), i);
   }
   EXPECT_EQ(handled.load(), kRequests);
   // kRequests + 30 (the cut ones' halves) - 1 reads polled. A connection
